@@ -1,0 +1,1 @@
+"""Condensers: strategies that shrink a context view without deleting history."""

@@ -1,0 +1,75 @@
+"""Typed errors. No driver exception ever reaches a caller of the store."""
+
+from __future__ import annotations
+
+__all__ = [
+    "EventStoreError",
+    "ConflictError",
+    "NotFoundError",
+    "PayloadTooLargeError",
+    "InvalidEventError",
+    "SchemaError",
+    "IdempotencyError",
+    "StorageError",
+    "BudgetError",
+]
+
+
+class EventStoreError(Exception):
+    """Base class of every error raised by agent-eventstore."""
+
+
+class ConflictError(EventStoreError):
+    """The session head moved: ``expected_seq`` no longer matches.
+
+    Attributes:
+        session_id: The session.
+        expected_seq: What the caller expected the head to be.
+        current_seq: The head at the time of the failed append; re-read from here.
+    """
+
+    def __init__(self, session_id: str, expected_seq: int | None, current_seq: int) -> None:
+        self.session_id = session_id
+        self.expected_seq = expected_seq
+        self.current_seq = current_seq
+        super().__init__(
+            f"session {session_id}: expected head seq {expected_seq}, but it is {current_seq}; "
+            f"read the new events and retry with expected_seq={current_seq}"
+        )
+
+
+class NotFoundError(EventStoreError, LookupError):
+    """A session (or event) does not exist for this tenant."""
+
+
+class InvalidEventError(EventStoreError, ValueError):
+    """An event failed validation; the message names the bad field."""
+
+
+class PayloadTooLargeError(EventStoreError, ValueError):
+    """An event's stored payload exceeds the configured limit."""
+
+    def __init__(self, size: int, limit: int, index: int) -> None:
+        self.size = size
+        self.limit = limit
+        self.index = index
+        super().__init__(
+            f"event #{index} in this append is {size} bytes, over the limit of {limit} bytes "
+            "(raise it with EventStore(..., max_event_bytes=N)); nothing was written"
+        )
+
+
+class IdempotencyError(EventStoreError):
+    """An idempotency key was reused for a different append."""
+
+
+class SchemaError(EventStoreError):
+    """The database schema is missing, behind or ahead of this library."""
+
+
+class StorageError(EventStoreError):
+    """The database failed in a way the store cannot map to a more precise error."""
+
+
+class BudgetError(EventStoreError, ValueError):
+    """A token budget cannot be built (for example an unmapped model)."""

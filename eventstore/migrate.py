@@ -1,0 +1,117 @@
+"""Run the shipped Alembic migrations from code or from the ``eventstore db`` commands.
+
+The migration scripts live in the top-level ``migrations/`` folder of a checkout and are
+installed as ``eventstore._migrations`` inside the wheel, so an installed package can
+upgrade a database without a checkout or an ``alembic.ini``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import inspect, text
+
+from .schema import SCHEMA_REVISION
+
+if TYPE_CHECKING:
+    from alembic.config import Config
+    from sqlalchemy.engine import Connection, Engine
+
+__all__ = ["script_location", "upgrade", "downgrade", "current_revision", "check", "ensure_schema"]
+
+
+def script_location() -> str:
+    """Filesystem path of the migration scripts (installed package or checkout)."""
+    try:
+        from . import _migrations  # type: ignore[attr-defined]
+
+        return str(Path(_migrations.__file__).parent)
+    except ImportError:
+        pass
+    here = Path(__file__).resolve().parent.parent / "migrations"
+    if (here / "env.py").exists():
+        return str(here)
+    raise RuntimeError("the migration scripts are missing from this installation")
+
+
+def _config(connection: Connection) -> Config:
+    from alembic.config import Config
+
+    cfg = Config()
+    cfg.set_main_option("script_location", script_location())
+    cfg.attributes["connection"] = connection
+    return cfg
+
+
+def upgrade(engine: Engine, revision: str = "head") -> None:
+    """Upgrade the database to ``revision`` (default: the newest)."""
+    from alembic import command
+
+    with engine.begin() as conn:
+        command.upgrade(_config(conn), revision)
+
+
+def downgrade(engine: Engine, revision: str) -> None:
+    """Downgrade the database to ``revision`` (``base`` removes every table)."""
+    from alembic import command
+
+    with engine.begin() as conn:
+        command.downgrade(_config(conn), revision)
+
+
+def current_revision(engine: Engine) -> str | None:
+    """The revision the database is at, or ``None`` for an empty database."""
+    with engine.connect() as conn:
+        return _current(conn)
+
+
+def _current(conn: Connection) -> str | None:
+    if not inspect(conn).has_table("alembic_version"):
+        return None
+    row = conn.execute(text("SELECT version_num FROM alembic_version")).first()
+    return row[0] if row else None
+
+
+def check(engine: Engine) -> list[Any]:
+    """Differences between the tables in code and the database (empty when in sync)."""
+    from alembic.autogenerate import compare_metadata
+    from alembic.runtime.migration import MigrationContext
+
+    from .schema import metadata
+
+    with engine.connect() as conn:
+        ctx = MigrationContext.configure(conn, opts={"compare_type": True})
+        return list(compare_metadata(ctx, metadata))
+
+
+def ensure_schema(engine: Engine, *, upgrade_if_behind: bool, display_url: str) -> None:
+    """Refuse to run against a schema this code does not match.
+
+    Upgrades an empty or older database when ``upgrade_if_behind`` is true; otherwise
+    raises :class:`~eventstore.errors.SchemaError` naming the command that fixes it.
+    """
+    from .errors import SchemaError
+
+    with engine.connect() as conn:
+        current = _current(conn)
+    if current == SCHEMA_REVISION:
+        return
+    if current is not None and not _is_known(current):
+        raise SchemaError(
+            f"database {display_url} is at schema revision {current}, which this version of "
+            f"agent-eventstore does not know (it needs {SCHEMA_REVISION}); upgrade the package"
+        )
+    if upgrade_if_behind:
+        upgrade(engine)
+        return
+    where = "empty" if current is None else f"at revision {current}"
+    raise SchemaError(
+        f"database {display_url} is {where}; this version needs schema revision "
+        f"{SCHEMA_REVISION}. Run: eventstore db upgrade --db '{display_url}'"
+    )
+
+
+def _is_known(revision: str) -> bool:
+    versions = Path(script_location()) / "versions"
+    return any(p.name.startswith(f"{revision}_") for p in versions.glob("*.py"))

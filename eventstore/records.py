@@ -1,0 +1,102 @@
+"""What the store returns: sessions, stored events and verification reports."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .events import Event
+
+__all__ = ["Session", "StoredEvent", "VerifyReport", "AppendResult"]
+
+
+class Session(BaseModel):
+    """One agent conversation: an append-only stream of events."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    """Time-sortable session id."""
+    tenant: str
+    """Owning tenant; every call is scoped to one."""
+    user_id: str | None = None
+    """Optional end user."""
+    title: str | None = None
+    """Human title."""
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    """Application metadata."""
+    parent_id: str | None = None
+    """The session this one was forked from."""
+    fork_seq: int | None = None
+    """The parent's seq this fork shares events up to."""
+    head_seq: int = 0
+    """Seq of the newest event (0 for an empty session)."""
+    created_at: datetime
+    """Creation time (UTC)."""
+    updated_at: datetime
+    """Time of the last append (UTC)."""
+
+
+class StoredEvent(BaseModel):
+    """An event as stored: its position, hash and token count around the event model."""
+
+    model_config = ConfigDict(frozen=True)
+
+    session_id: str
+    """The session whose log holds the row (an ancestor's, for a fork's shared prefix)."""
+    seq: int
+    """Position in the session, 1-based and gapless."""
+    hash: str
+    """SHA-256 chained over the previous event's hash and this event's canonical bytes."""
+    token_count: int
+    """Tokens the event contributes to a view (sum of its parts plus framing)."""
+    event: Event
+    """The event itself, with ``id`` and ``created_at`` filled in."""
+
+    @property
+    def id(self) -> str:
+        """The event id."""
+        return self.event.id or ""
+
+    @property
+    def kind(self) -> str:
+        """The event kind."""
+        return self.event.kind
+
+    @property
+    def created_at(self) -> datetime:
+        """The event timestamp (UTC)."""
+        assert self.event.created_at is not None
+        return self.event.created_at
+
+
+class AppendResult(BaseModel):
+    """The outcome of an append."""
+
+    model_config = ConfigDict(frozen=True)
+
+    seqs: list[int]
+    """The seqs written (or, for a repeated idempotency key, written the first time)."""
+    head_seq: int
+    """The session head after the append."""
+    replayed: bool = False
+    """True when the idempotency key matched an earlier append and nothing was written."""
+
+
+class VerifyReport(BaseModel):
+    """Result of checking one session's log."""
+
+    session_id: str
+    """The session checked."""
+    ok: bool
+    """True when no problem was found."""
+    events: int = 0
+    """Events checked."""
+    head_seq: int = 0
+    """The session's recorded head."""
+    llm_calls: int = 0
+    """Recorded ``llm_call`` fingerprints re-checked."""
+    problems: list[str] = Field(default_factory=list)
+    """One line per problem found."""

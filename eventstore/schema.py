@@ -1,0 +1,273 @@
+"""SQLAlchemy tables and the database-level append-only guards.
+
+The tables are the single source for migrations (``alembic check`` compares them with the
+migration head in CI). Message content lives once, in ``events.payload``; ``parts`` holds
+the per-part metadata a view needs without parsing payloads: type, tool ids, token counts
+and the one-time compaction stamp.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    DateTime,
+    ForeignKeyConstraint,
+    Index,
+    Integer,
+    MetaData,
+    PrimaryKeyConstraint,
+    String,
+    Table,
+    Text,
+    TypeDecorator,
+    UniqueConstraint,
+)
+
+__all__ = [
+    "metadata",
+    "sessions",
+    "events",
+    "parts",
+    "fork_compactions",
+    "SCHEMA_REVISION",
+    "trigger_ddl",
+    "drop_trigger_ddl",
+]
+
+#: The Alembic revision this code expects. A test asserts it equals the migration head.
+SCHEMA_REVISION = "0001"
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Timezone-aware UTC datetimes on every dialect (SQLite stores naive text)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: Any, dialect: Any) -> Any:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime")
+        value = value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: Any, dialect: Any) -> Any:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value.astimezone(UTC)
+
+
+sessions = Table(
+    "sessions",
+    metadata,
+    Column("id", String(36), nullable=False),
+    Column("tenant", String(255), nullable=False),
+    Column("user_id", String(255), nullable=True),
+    Column("title", Text, nullable=True),
+    Column("metadata", Text, nullable=False),
+    Column("parent_id", String(36), nullable=True),
+    Column("fork_seq", Integer, nullable=True),
+    Column("head_seq", Integer, nullable=False),
+    Column("head_hash", String(64), nullable=True),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+    PrimaryKeyConstraint("id"),
+    ForeignKeyConstraint(["parent_id"], ["sessions.id"]),
+    Index(None, "tenant", "created_at"),
+    Index(None, "tenant", "user_id", "created_at"),
+)
+
+events = Table(
+    "events",
+    metadata,
+    Column("session_id", String(36), nullable=False),
+    Column("seq", Integer, nullable=False),
+    Column("id", String(36), nullable=False),
+    Column("kind", String(32), nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("payload", Text, nullable=False),
+    Column("token_count", Integer, nullable=False),
+    Column("size", BigInteger, nullable=False),
+    Column("idempotency_key", String(255), nullable=True),
+    Column("batch_size", Integer, nullable=True),
+    Column("hash", String(64), nullable=False),
+    PrimaryKeyConstraint("session_id", "seq"),
+    ForeignKeyConstraint(["session_id"], ["sessions.id"]),
+    UniqueConstraint("id"),
+    UniqueConstraint("session_id", "idempotency_key"),
+    # One probe finds the latest condensation at or before a seq.
+    Index(None, "session_id", "kind", "seq"),
+)
+
+parts = Table(
+    "parts",
+    metadata,
+    Column("session_id", String(36), nullable=False),
+    Column("seq", Integer, nullable=False),
+    Column("idx", Integer, nullable=False),
+    Column("type", String(16), nullable=False),
+    Column("tool_call_id", String(255), nullable=True),
+    Column("tool_name", String(255), nullable=True),
+    Column("state", String(16), nullable=True),
+    Column("token_count", Integer, nullable=False),
+    Column("compacted_at", UTCDateTime, nullable=True),
+    Column("compacted_seq", Integer, nullable=True),
+    PrimaryKeyConstraint("session_id", "seq", "idx"),
+    ForeignKeyConstraint(["session_id", "seq"], ["events.session_id", "events.seq"]),
+)
+
+# A fork shares its parent's rows, so it cannot stamp them: the parent's view would change.
+# Compactions a fork applies to inherited parts are recorded here instead.
+fork_compactions = Table(
+    "fork_compactions",
+    metadata,
+    Column("session_id", String(36), nullable=False),
+    Column("seq", Integer, nullable=False),
+    Column("idx", Integer, nullable=False),
+    Column("compacted_seq", Integer, nullable=False),
+    Column("compacted_at", UTCDateTime, nullable=False),
+    PrimaryKeyConstraint("session_id", "seq", "idx"),
+    ForeignKeyConstraint(["session_id"], ["sessions.id"]),
+)
+
+
+_SQLITE_TRIGGERS = [
+    (
+        "events_append_only_update",
+        """CREATE TRIGGER events_append_only_update BEFORE UPDATE ON events
+BEGIN SELECT RAISE(ABORT, 'events are append-only'); END""",
+    ),
+    (
+        "events_append_only_delete",
+        """CREATE TRIGGER events_append_only_delete BEFORE DELETE ON events
+BEGIN SELECT RAISE(ABORT, 'events are append-only'); END""",
+    ),
+    (
+        "parts_append_only_delete",
+        """CREATE TRIGGER parts_append_only_delete BEFORE DELETE ON parts
+BEGIN SELECT RAISE(ABORT, 'parts are append-only'); END""",
+    ),
+    (
+        "parts_compact_once",
+        """CREATE TRIGGER parts_compact_once BEFORE UPDATE ON parts
+WHEN NOT (
+    OLD.compacted_at IS NULL AND OLD.compacted_seq IS NULL
+    AND NEW.compacted_at IS NOT NULL AND NEW.compacted_seq IS NOT NULL
+    AND NEW.session_id = OLD.session_id AND NEW.seq = OLD.seq AND NEW.idx = OLD.idx
+    AND NEW.type = OLD.type AND NEW.token_count = OLD.token_count
+    AND NEW.tool_call_id IS OLD.tool_call_id AND NEW.tool_name IS OLD.tool_name
+    AND NEW.state IS OLD.state
+)
+BEGIN SELECT RAISE(ABORT, 'parts are append-only: only compacted_at/compacted_seq may be set, once'); END""",
+    ),
+    (
+        "fork_compactions_append_only_update",
+        """CREATE TRIGGER fork_compactions_append_only_update BEFORE UPDATE ON fork_compactions
+BEGIN SELECT RAISE(ABORT, 'fork_compactions are append-only'); END""",
+    ),
+    (
+        "fork_compactions_append_only_delete",
+        """CREATE TRIGGER fork_compactions_append_only_delete BEFORE DELETE ON fork_compactions
+BEGIN SELECT RAISE(ABORT, 'fork_compactions are append-only'); END""",
+    ),
+]
+
+_PG_FUNCTIONS = [
+    """CREATE OR REPLACE FUNCTION eventstore_reject_change() RETURNS trigger AS $$
+BEGIN
+    RAISE EXCEPTION '% is append-only', TG_TABLE_NAME USING ERRCODE = 'restrict_violation';
+END;
+$$ LANGUAGE plpgsql""",
+    """CREATE OR REPLACE FUNCTION eventstore_parts_compact_once() RETURNS trigger AS $$
+BEGIN
+    IF OLD.compacted_at IS NULL AND OLD.compacted_seq IS NULL
+       AND NEW.compacted_at IS NOT NULL AND NEW.compacted_seq IS NOT NULL
+       AND NEW.session_id = OLD.session_id AND NEW.seq = OLD.seq AND NEW.idx = OLD.idx
+       AND NEW.type = OLD.type AND NEW.token_count = OLD.token_count
+       AND NEW.tool_call_id IS NOT DISTINCT FROM OLD.tool_call_id
+       AND NEW.tool_name IS NOT DISTINCT FROM OLD.tool_name
+       AND NEW.state IS NOT DISTINCT FROM OLD.state THEN
+        RETURN NEW;
+    END IF;
+    RAISE EXCEPTION 'parts are append-only: only compacted_at/compacted_seq may be set, once'
+        USING ERRCODE = 'restrict_violation';
+END;
+$$ LANGUAGE plpgsql""",
+]
+
+_PG_TRIGGERS = [
+    (
+        "events_append_only",
+        "events",
+        """CREATE TRIGGER events_append_only BEFORE UPDATE OR DELETE ON events
+FOR EACH ROW EXECUTE FUNCTION eventstore_reject_change()""",
+    ),
+    (
+        "events_no_truncate",
+        "events",
+        """CREATE TRIGGER events_no_truncate BEFORE TRUNCATE ON events
+FOR EACH STATEMENT EXECUTE FUNCTION eventstore_reject_change()""",
+    ),
+    (
+        "parts_append_only_delete",
+        "parts",
+        """CREATE TRIGGER parts_append_only_delete BEFORE DELETE ON parts
+FOR EACH ROW EXECUTE FUNCTION eventstore_reject_change()""",
+    ),
+    (
+        "parts_no_truncate",
+        "parts",
+        """CREATE TRIGGER parts_no_truncate BEFORE TRUNCATE ON parts
+FOR EACH STATEMENT EXECUTE FUNCTION eventstore_reject_change()""",
+    ),
+    (
+        "parts_compact_once",
+        "parts",
+        """CREATE TRIGGER parts_compact_once BEFORE UPDATE ON parts
+FOR EACH ROW EXECUTE FUNCTION eventstore_parts_compact_once()""",
+    ),
+    (
+        "fork_compactions_append_only",
+        "fork_compactions",
+        """CREATE TRIGGER fork_compactions_append_only BEFORE UPDATE OR DELETE ON fork_compactions
+FOR EACH ROW EXECUTE FUNCTION eventstore_reject_change()""",
+    ),
+]
+
+
+def trigger_ddl(dialect: str) -> list[str]:
+    """DDL that installs the append-only guards for ``dialect``."""
+    if dialect == "sqlite":
+        return [sql for _, sql in _SQLITE_TRIGGERS]
+    if dialect == "postgresql":
+        return _PG_FUNCTIONS + [sql for _, _, sql in _PG_TRIGGERS]
+    raise ValueError(f"unsupported dialect {dialect!r}")
+
+
+def drop_trigger_ddl(dialect: str) -> list[str]:
+    """DDL that removes the guards (used by downgrades)."""
+    if dialect == "sqlite":
+        return [f"DROP TRIGGER IF EXISTS {name}" for name, _ in _SQLITE_TRIGGERS]
+    if dialect == "postgresql":
+        return [f"DROP TRIGGER IF EXISTS {name} ON {table}" for name, table, _ in _PG_TRIGGERS] + [
+            "DROP FUNCTION IF EXISTS eventstore_parts_compact_once()",
+            "DROP FUNCTION IF EXISTS eventstore_reject_change()",
+        ]
+    raise ValueError(f"unsupported dialect {dialect!r}")

@@ -1,0 +1,100 @@
+"""Token counting.
+
+Counts are computed once, per part, when an event is appended, and stored; a view's total
+is then a sum, never a re-tokenization. The default counter is a character heuristic that
+costs nothing; :class:`LiteLLMTokenCounter` uses litellm's offline tokenizers for a model.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Protocol, runtime_checkable
+
+from .events import FilePart, Part, ReasoningPart, TextPart, ToolCallPart, ToolResultPart
+
+__all__ = [
+    "TokenCounter",
+    "HeuristicTokenCounter",
+    "LiteLLMTokenCounter",
+    "part_text",
+    "count_part",
+    "MESSAGE_OVERHEAD",
+    "import_litellm",
+]
+
+#: Tokens charged per message for role and framing, as OpenAI's chat format does.
+MESSAGE_OVERHEAD = 4
+#: Flat estimate for an image or other binary attachment.
+FILE_TOKENS = 765
+
+
+@runtime_checkable
+class TokenCounter(Protocol):
+    """Anything that turns text into a token count."""
+
+    name: str
+
+    def count(self, text: str) -> int:
+        """Number of tokens in ``text``."""
+        ...
+
+
+class HeuristicTokenCounter:
+    """About four characters per token: fast, offline, and close enough to budget with."""
+
+    name = "heuristic"
+
+    def __init__(self, chars_per_token: float = 4.0) -> None:
+        self.chars_per_token = chars_per_token
+
+    def count(self, text: str) -> int:
+        return math.ceil(len(text) / self.chars_per_token) if text else 0
+
+
+def import_litellm():  # type: ignore[no-untyped-def]
+    """Import litellm with its network lookups switched off.
+
+    litellm fetches a model price map and Hugging Face tokenizers unless told not to; the
+    settings must be in place before its first import.
+    """
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    import litellm
+
+    litellm.disable_hf_tokenizer_download = True
+    litellm.telemetry = False
+    return litellm
+
+
+class LiteLLMTokenCounter:
+    """Exact counts from litellm's tokenizer for ``model`` (tiktoken for OpenAI models)."""
+
+    def __init__(self, model: str) -> None:
+        self.model = model
+        self.name = f"litellm:{model}"
+        self._litellm = import_litellm()
+
+    def count(self, text: str) -> int:
+        if not text:
+            return 0
+        return int(self._litellm.token_counter(model=self.model, text=text))
+
+
+def part_text(part: Part) -> str:
+    """The text of a part that counts toward the context window."""
+    if isinstance(part, TextPart):
+        return part.text
+    if isinstance(part, ReasoningPart):
+        return part.text
+    if isinstance(part, ToolCallPart):
+        return f"{part.name} {part.arguments}"
+    if isinstance(part, ToolResultPart):
+        return part.output
+    return ""
+
+
+def count_part(counter: TokenCounter, part: Part) -> int:
+    """Tokens of one part under ``counter``."""
+    if isinstance(part, FilePart):
+        return FILE_TOKENS
+    return counter.count(part_text(part))

@@ -1,0 +1,113 @@
+"""Shared fixtures: real SQLite files and a real Postgres server, never a mocked database.
+
+Postgres comes from ``EVENTSTORE_TEST_PG_URL`` (default: the local server). When it is
+unreachable the Postgres half skips with the reason, unless ``EVENTSTORE_REQUIRE_PG=1``
+(set by ``.ci/run``), which turns the skip into a failure.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+import pytest
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
+
+from eventstore import EventStore
+
+PG_URL = os.environ.get(
+    "EVENTSTORE_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/eventstore_test"
+)
+REQUIRE_PG = os.environ.get("EVENTSTORE_REQUIRE_PG") == "1"
+CORPUS = Path(__file__).resolve().parent.parent.parent / "shared" / "corpus"
+
+_pg_error: str | None = None
+_pg_checked = False
+
+
+def _admin_url(url: str) -> str:
+    return make_url(url).set(database="postgres").render_as_string(hide_password=False)
+
+
+def pg_available() -> str | None:
+    """None when the test Postgres is usable, else why not. Creates the database."""
+    global _pg_error, _pg_checked
+    if _pg_checked:
+        return _pg_error
+    _pg_checked = True
+    try:
+        url = make_url(PG_URL).set(drivername="postgresql+psycopg")
+        admin = create_engine(_admin_url(url.render_as_string(hide_password=False)),
+                              isolation_level="AUTOCOMMIT")
+        with admin.connect() as conn:
+            exists = conn.execute(
+                text("SELECT 1 FROM pg_database WHERE datname = :n"), {"n": url.database}
+            ).first()
+            if not exists:
+                conn.execute(text(f'CREATE DATABASE "{url.database}"'))
+        admin.dispose()
+    except Exception as exc:  # pragma: no cover - depends on the machine
+        _pg_error = f"Postgres at {PG_URL} unavailable: {exc.__class__.__name__}: {exc}"
+    return _pg_error
+
+
+def require_pg() -> None:
+    reason = pg_available()
+    if reason:
+        if REQUIRE_PG:
+            pytest.fail(reason + " (EVENTSTORE_REQUIRE_PG=1)")
+        pytest.skip(reason)
+
+
+def fresh_pg_database() -> str:
+    """Create an empty, uniquely named Postgres database and return its URL."""
+    require_pg()
+    name = f"es_test_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(_admin_url(PG_URL), isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    admin.dispose()
+    return make_url(PG_URL).set(database=name).render_as_string(hide_password=False)
+
+
+def drop_pg_database(url: str) -> None:
+    name = make_url(url).database
+    admin = create_engine(_admin_url(PG_URL), isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    admin.dispose()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A database URL for each backend: a new SQLite file, or the shared test Postgres."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'events.db'}"
+    else:
+        require_pg()
+        yield PG_URL
+
+
+@pytest.fixture
+def store(db_url: str) -> Iterator[EventStore]:
+    """An EventStore on each backend, scoped to a tenant no other test uses."""
+    s = EventStore(db_url, tenant=f"t-{uuid.uuid4().hex}", upgrade=True)
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+@pytest.fixture
+def backend(db_url: str) -> str:
+    return "sqlite" if db_url.startswith("sqlite") else "postgres"
+
+
+def corpus_files(pattern: str) -> list[Path]:
+    """Corpus files matching ``pattern``; empty when the corpus is absent."""
+    return sorted(CORPUS.glob(pattern)) if CORPUS.exists() else []
