@@ -151,6 +151,36 @@ def create_session(
     )
 
 
+def fork_session(
+    conn: Connection,
+    tenant: str,
+    session_id: str,
+    at_seq: int,
+    *,
+    title: str | None = None,
+    session_id_new: str | None = None,
+    user_id: str | None = None,
+    metadata: dict[str, Any] | None = None,
+) -> Session:
+    parent = get_session(conn, tenant, session_id)
+    if not 0 <= at_seq <= parent.head_seq:
+        raise InvalidEventError(
+            f"at_seq: {at_seq} is outside 0..{parent.head_seq} for session {session_id}"
+        )
+    head_hash = event_hash(conn, lineage(conn, tenant, session_id), at_seq) if at_seq else None
+    return create_session(
+        conn,
+        tenant,
+        session_id=session_id_new,
+        user_id=user_id if user_id is not None else parent.user_id,
+        title=title if title is not None else parent.title,
+        metadata=metadata if metadata is not None else parent.metadata,
+        parent_id=session_id,
+        fork_seq=at_seq,
+        head_hash=head_hash,
+    )
+
+
 def get_session(conn: Connection, tenant: str, session_id: str) -> Session:
     row = conn.execute(
         select(sessions).where(sessions.c.id == session_id, sessions.c.tenant == tenant)

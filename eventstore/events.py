@@ -52,7 +52,9 @@ __all__ = [
 ]
 
 Role = Literal["system", "user", "assistant", "tool"]
-EventKind = Literal["message", "condensation", "condensation_request", "prune", "llm_call", "custom"]
+EventKind = Literal[
+    "message", "condensation", "condensation_request", "prune", "llm_call", "custom"
+]
 
 
 def utcnow() -> datetime:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import ValidationError
 from sqlalchemy import create_engine, event, select
@@ -29,14 +29,18 @@ from .errors import (
     ConflictError,
     EventStoreError,
     InvalidEventError,
+    NotFoundError,
     PayloadTooLargeError,
     StorageError,
 )
-from .events import EVENT_ADAPTER, Event
+from .events import EVENT_ADAPTER, Condensation, Event, Part, PartRef
 from .migrate import ensure_schema
 from .records import AppendResult, Session, StoredEvent, VerifyReport
 from .schema import sessions
 from .tokens import HeuristicTokenCounter, TokenCounter
+
+if TYPE_CHECKING:
+    from .views import View, ViewOptions
 
 __all__ = ["EventStore", "AsyncEventStore", "DEFAULT_URL", "resolve_url"]
 
@@ -295,32 +299,15 @@ class EventStore(_Base):
         """The session's newest seq (0 when empty)."""
         return self.get_session(session_id).head_seq
 
-    def fork(
-        self, session_id: str, at_seq: int, *, title: str | None = None, **kw: Any
-    ) -> Session:
-        """A new session sharing this one's events up to ``at_seq`` without copying them."""
+    def fork(self, session_id: str, at_seq: int, *, title: str | None = None, **kw: Any) -> Session:
+        """A new session sharing this one's events up to ``at_seq`` without copying them.
 
-        def _fork(conn: Connection) -> Session:
-            parent = _core.get_session(conn, self.tenant, session_id)
-            if not 0 <= at_seq <= parent.head_seq:
-                raise InvalidEventError(
-                    f"at_seq: {at_seq} is outside 0..{parent.head_seq} for session {session_id}"
-                )
-            segs = _core.lineage(conn, self.tenant, session_id)
-            head_hash = _core.event_hash(conn, segs, at_seq) if at_seq else None
-            return _core.create_session(
-                conn,
-                self.tenant,
-                session_id=kw.pop("session_id", None),
-                user_id=kw.pop("user_id", parent.user_id),
-                title=title if title is not None else parent.title,
-                metadata=kw.pop("metadata", parent.metadata),
-                parent_id=session_id,
-                fork_seq=at_seq,
-                head_hash=head_hash,
-            )
-
-        return self._run(_fork, write=True)
+        The fork's reads and views include the shared prefix; its appends go only to the
+        fork. Forks of forks work the same way.
+        """
+        return self._run(
+            _core.fork_session, self.tenant, session_id, at_seq, title=title, write=True, **kw
+        )
 
     # -- events
 
@@ -426,6 +413,35 @@ class EventStore(_Base):
     def stats(self) -> dict[str, Any]:
         """Totals for this tenant: sessions, events, bytes, tokens, events by kind."""
         return self._run(_core.stats, self.tenant)
+
+    # -- views
+
+    def view(
+        self, session_id: str, as_of: int | None = None, options: ViewOptions | None = None
+    ) -> View:
+        """The context the model sees at ``as_of`` (default: the head).
+
+        Built from the latest condensation at or before ``as_of`` plus the tail after it, so
+        its cost follows the tail, not the session. ``view(as_of=k)`` equals the view built
+        when the head was at ``k``, whatever was appended since.
+        """
+        from .views import build_view
+
+        return self._run(build_view, self.tenant, session_id, as_of, options, self.token_counter)
+
+    def original(self, session_id: str, ref: PartRef) -> Part:
+        """The full stored part behind a reference (for example a pruned tool result)."""
+        from .views import original_part
+
+        return self._run(original_part, self.tenant, session_id, ref)
+
+    def forgotten(self, session_id: str, condensation_seq: int) -> Iterator[StoredEvent]:
+        """Stream the events a condensation hid from the view."""
+        stored = next(iter(self.read(session_id, condensation_seq, condensation_seq)), None)
+        if stored is None or not isinstance(stored.event, Condensation):
+            raise NotFoundError(f"no condensation at seq {condensation_seq} in {session_id}")
+        evt = stored.event
+        return self.read(session_id, evt.forgotten_from, evt.forgotten_to)
 
 
 class AsyncEventStore(_Base):
@@ -597,3 +613,21 @@ class AsyncEventStore(_Base):
             for item in page:
                 yield item
             after = page[-1].seq
+
+    async def view(
+        self, session_id: str, as_of: int | None = None, options: ViewOptions | None = None
+    ) -> View:
+        """See :meth:`EventStore.view`."""
+        from .views import build_view
+
+        return await self._run(
+            build_view, self.tenant, session_id, as_of, options, self.token_counter
+        )
+
+    async def fork(
+        self, session_id: str, at_seq: int, *, title: str | None = None, **kw: Any
+    ) -> Session:
+        """See :meth:`EventStore.fork`."""
+        return await self._run(
+            _core.fork_session, self.tenant, session_id, at_seq, title=title, write=True, **kw
+        )
