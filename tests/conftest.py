@@ -111,3 +111,21 @@ def backend(db_url: str) -> str:
 def corpus_files(pattern: str) -> list[Path]:
     """Corpus files matching ``pattern``; empty when the corpus is absent."""
     return sorted(CORPUS.glob(pattern)) if CORPUS.exists() else []
+
+
+def row_count(store: EventStore, table: str = "events", session_id: str | None = None) -> int:
+    """Rows in ``table`` (optionally for one session), counted with raw SQL."""
+    sql = f"SELECT COUNT(*) FROM {table}"
+    params: dict[str, str] = {}
+    if session_id is not None:
+        sql += " WHERE session_id = :sid"
+        params["sid"] = session_id
+    with store.engine.connect() as conn:
+        return int(conn.execute(text(sql), params).scalar_one())
+
+
+def sqlite_path(url: str) -> Path:
+    """The file behind a ``sqlite:///`` URL."""
+    db = make_url(url).database
+    assert db, url
+    return Path(db)
