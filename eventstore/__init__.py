@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .budget import Budget
 from .errors import (
     BudgetError,
     ConflictError,
@@ -34,12 +35,21 @@ from .events import (
 from .records import AppendResult, Session, StoredEvent, VerifyReport
 from .store import AsyncEventStore, EventStore
 from .tokens import HeuristicTokenCounter, LiteLLMTokenCounter, TokenCounter
+from .views import (
+    View,
+    ViewItem,
+    ViewOptions,
+    calibrated_tokens,
+    fingerprint,
+    record_llm_call,
+)
 
 __version__ = "0.1.0"
 
 __all__ = [
     "AppendResult",
     "AsyncEventStore",
+    "Budget",
     "BudgetError",
     "Condensation",
     "CondensationRequest",
@@ -71,5 +81,11 @@ __all__ = [
     "ToolResultPart",
     "Usage",
     "VerifyReport",
+    "View",
+    "ViewItem",
+    "ViewOptions",
+    "calibrated_tokens",
     "decode_tool_output",
+    "fingerprint",
+    "record_llm_call",
 ]
