@@ -62,6 +62,7 @@ def import_litellm():  # type: ignore[no-untyped-def]
     import litellm
 
     litellm.disable_hf_tokenizer_download = True
+    litellm.suppress_debug_info = True
     litellm.telemetry = False
     return litellm
 
