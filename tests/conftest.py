@@ -129,3 +129,6 @@ def sqlite_path(url: str) -> Path:
     db = make_url(url).database
     assert db, url
     return Path(db)
+
+
+from llm_server import smollm2  # noqa: E402,F401  (real-model tier fixture)
