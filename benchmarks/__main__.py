@@ -1,0 +1,186 @@
+"""``python -m benchmarks``: measure the store, its raw floors and its peers in one run.
+
+Writes ``RESULTS.md`` and ``results.json`` (the full mode into ``benchmarks/``, the quick
+and smoke modes into ``benchmarks/<mode>-results/`` unless ``--out`` says otherwise).
+Progress goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy.engine import make_url
+
+from .harness import MODES, Recorder, Settings, log, machine_info, package_versions
+from .measures import Backend, run_store
+from .peers import ADK, OPENAI, run_peers
+from .raw import RawPostgres, RawSQLite, pg_conninfo
+from .report import evaluate_targets, render
+
+DEFAULT_PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/eventstore_bench"
+HERE = Path(__file__).resolve().parent
+PROFILE_APPENDS = {"full": 300, "quick": 100, "smoke": 20}
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--quick", action="store_true", help="smaller sizes, fewer repetitions")
+    mode.add_argument("--smoke", action="store_true", help="tiny sizes (tests the harness)")
+    p.add_argument("--out", type=Path, help="directory for RESULTS.md and results.json")
+    p.add_argument(
+        "--pg-url",
+        default=os.environ.get("EVENTSTORE_BENCH_PG_URL", DEFAULT_PG_URL),
+        help="Postgres URL (EVENTSTORE_BENCH_PG_URL); its database and two siblings "
+        "suffixed _adk and _openai are dropped and recreated",
+    )
+    p.add_argument("--no-postgres", action="store_true", help="SQLite only")
+    p.add_argument("--no-peers", action="store_true", help="skip the peer session stores")
+    p.add_argument("--workdir", type=Path, help="where SQLite files go (default: a temp dir)")
+    return p.parse_args(argv)
+
+
+def _prepare_postgres(url: str) -> tuple[str, dict[str, str]]:
+    """Drop and recreate the benchmark databases; return the server version and URLs."""
+    import psycopg
+
+    u = make_url(url).set(drivername="postgresql+psycopg")
+    name = u.database or ""
+    if "bench" not in name:
+        raise SystemExit(
+            f"refusing to drop database {name!r}: the benchmark recreates its databases, so "
+            "the name must contain 'bench' (set EVENTSTORE_BENCH_PG_URL or --pg-url)"
+        )
+    names = {"store": name, ADK: f"{name}_adk", OPENAI: f"{name}_openai"}
+    admin = pg_conninfo(u.set(database="postgres").render_as_string(hide_password=False))
+    with psycopg.connect(**admin, autocommit=True) as conn:
+        version = str(conn.execute("SHOW server_version").fetchone()[0])  # type: ignore[index]
+        for db in names.values():
+            conn.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
+            conn.execute(f'CREATE DATABASE "{db}"')
+    urls = {
+        key: (u if key == "store" else u.set(drivername="postgresql+asyncpg"))
+        .set(database=db)
+        .render_as_string(hide_password=False)
+        for key, db in names.items()
+    }
+    return version, urls
+
+
+def _backends(
+    args: argparse.Namespace, workdir: Path, rec: Recorder
+) -> tuple[list[Backend], str | None]:
+    sqlite = Backend(
+        name="sqlite",
+        store_url=f"sqlite:///{workdir / 'eventstore.db'}",
+        make_raw=lambda: RawSQLite(workdir / "raw.db"),
+        peer_urls={
+            ADK: f"sqlite+aiosqlite:///{workdir / 'adk.db'}",
+            OPENAI: f"sqlite+aiosqlite:///{workdir / 'openai.db'}",
+        },
+    )
+    out = [sqlite]
+    pg_version = None
+    if args.no_postgres:
+        rec.note("postgres: skipped (--no-postgres)")
+        return out, None
+    try:
+        pg_version, urls = _prepare_postgres(args.pg_url)
+    except SystemExit:
+        raise
+    except Exception as exc:
+        shown = make_url(args.pg_url).render_as_string(hide_password=True)
+        rec.note(f"postgres: skipped: {shown} unavailable ({type(exc).__name__}: {exc})")
+        return out, None
+    store_url = urls["store"]
+    out.append(
+        Backend(
+            name="postgres",
+            store_url=store_url,
+            make_raw=lambda: RawPostgres(store_url),
+            peer_urls={ADK: urls[ADK], OPENAI: urls[OPENAI]},
+        )
+    )
+    return out, pg_version
+
+
+def _profile(backend: Backend, settings: Settings) -> dict[str, Any]:
+    from eventstore import EventStore
+
+    from .profiling import profile_append
+
+    store = EventStore(backend.store_url, upgrade=True)
+    try:
+        return profile_append(store, PROFILE_APPENDS[settings.mode])
+    finally:
+        store.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse(argv)
+    settings = MODES["smoke" if args.smoke else "quick" if args.quick else "full"]
+    out = args.out or (HERE if settings.mode == "full" else HERE / f"{settings.mode}-results")
+    out.mkdir(parents=True, exist_ok=True)
+    own_workdir = args.workdir is None
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="eventstore-bench-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    for f in workdir.glob("*.db*"):
+        f.unlink()
+    rec = Recorder()
+    started = time.perf_counter()
+    try:
+        backends, pg_version = _backends(args, workdir, rec)
+        machine = machine_info(workdir, pg_version)
+        log(f"{settings.mode} mode; SQLite files in {workdir}; results to {out}")
+        profiles: dict[str, Any] = {}
+        for backend in backends:
+            run_store(backend, settings, rec)
+            if args.no_peers:
+                rec.note(f"{backend.name}: peers skipped (--no-peers)")
+            else:
+                run_peers(backend.peer_urls, settings, rec, backend.name)
+            profiles[backend.name] = _profile(backend, settings)
+    finally:
+        if own_workdir:
+            shutil.rmtree(workdir, ignore_errors=True)
+    targets = evaluate_targets(rec, settings)
+    packages = package_versions()
+    command = (
+        "python -m benchmarks"
+        + {"full": "", "quick": " --quick", "smoke": " --smoke"}[settings.mode]
+    )
+    machine["duration_s"] = round(time.perf_counter() - started, 1)
+    (out / "RESULTS.md").write_text(
+        render(rec, settings, machine, packages, targets, profiles, command)
+    )
+    from dataclasses import asdict
+
+    rec.extra.update(
+        mode=settings.mode,
+        settings=asdict(settings),
+        machine=machine,
+        packages=packages,
+        targets=[asdict(t) for t in targets],
+        profiles=profiles,
+    )
+    (out / "results.json").write_text(json.dumps(rec.to_json(), indent=1) + "\n")
+    failed = [t for t in targets if t.passed is False]
+    log(
+        f"done in {machine['duration_s']:.0f}s: {out / 'RESULTS.md'}; "
+        f"{sum(t.passed is True for t in targets)} targets passed, {len(failed)} missed"
+    )
+    for t in failed:
+        log(f"missed: {t.backend}: {t.name}: {t.measured} (goal {t.goal})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
