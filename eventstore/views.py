@@ -421,12 +421,12 @@ def _render(view: View) -> list[dict[str, Any]]:
     # Pair results with calls: every call's result goes right after its call group, a call
     # with no result gets an explicit interrupted result, a result with no call is left
     # out (it stays in the log).
-    results: dict[str, ToolResultPart] = {}
+    # Queues per id: some agents reuse call ids within one history, so pairing is positional.
+    results: dict[str, list[tuple[ToolResultPart, Message]]] = {}
     for m, _ in msgs:
         for p in m.parts:
-            if isinstance(p, ToolResultPart) and p.tool_call_id not in results:
-                results[p.tool_call_id] = p
-    calls = {p.id for m, _ in msgs if m.role == "assistant" for p in m.tool_calls}
+            if isinstance(p, ToolResultPart):
+                results.setdefault(p.tool_call_id, []).append((p, m))
 
     out: list[dict[str, Any]] = []
     summary = view.summary
@@ -448,8 +448,9 @@ def _render(view: View) -> list[dict[str, Any]]:
         out.extend(to_openai(m))
         if m.role == "assistant":
             for call in m.tool_calls:
-                res = results.pop(call.id, None)
-                if res is None:
+                queue = results.get(call.id)
+                found = queue.pop(0) if queue else None
+                if found is None:
                     res = ToolResultPart(
                         tool_call_id=call.id,
                         name=call.name,
@@ -457,10 +458,12 @@ def _render(view: View) -> list[dict[str, Any]]:
                         is_error=True,
                         state="interrupted",
                     )
-                out.extend(to_openai(Message(role="tool", parts=[res])))
+                    out.extend(to_openai(Message(role="tool", parts=[res])))
+                else:
+                    res, carrier = found
+                    out.extend(to_openai(carrier.model_copy(update={"parts": [res]})))
     if not summary_done:
         out.append({"role": options.summary_role, "content": options.summary_prefix + summary})
-    del calls
     return out
 
 

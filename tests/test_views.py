@@ -1,0 +1,464 @@
+"""Views: O(tail) materialization, exact time travel, rendering, audit, budgets, forks."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from eventstore import (
+    Budget,
+    BudgetError,
+    Condensation,
+    EventStore,
+    InvalidEventError,
+    LLMCall,
+    Message,
+    PartRef,
+    Prune,
+    ReasoningPart,
+    TextPart,
+    ToolCallPart,
+    ToolResultPart,
+    ViewOptions,
+    calibrated_tokens,
+    record_llm_call,
+)
+from eventstore.views import DEFAULT_INTERRUPTED, DEFAULT_PLACEHOLDER
+from tests.conftest import corpus_files
+
+
+def _turn(i: int, size: int = 400) -> list[Message]:
+    call = ToolCallPart(
+        id=f"call_{i}", name="read_file", arguments=json.dumps({"path": f"f{i}.py"})
+    )
+    return [
+        Message.user(f"step {i}: please look at f{i}.py"),
+        Message.assistant(f"reading f{i}.py", [call]),
+        Message.tool(f"call_{i}", f"contents of f{i}.py " + "x" * size, name="read_file"),
+    ]
+
+
+def _session(store: EventStore, turns: int) -> str:
+    sid = store.create_session(title="t").id
+    store.append(sid, [Message.system("You are a coding agent."), Message.user("Fix the bug.")])
+    for i in range(turns):
+        store.append(sid, _turn(i))
+    return sid
+
+
+# --------------------------------------------------------------------------- basics
+
+
+def test_view_without_condensation_is_the_whole_conversation(store: EventStore) -> None:
+    sid = _session(store, 3)
+    view = store.view(sid)
+    msgs = view.to_messages()
+    assert view.seq == 11
+    assert [m["role"] for m in msgs] == ["system", "user"] + ["user", "assistant", "tool"] * 3
+    assert [i.pinned for i in view.items][:3] == [True, True, False]
+    assert msgs[3]["tool_calls"][0]["function"]["arguments"] == '{"path": "f0.py"}'
+    assert view.tokens == sum(i.tokens for i in view.items)
+    assert view.condensation is None and view.summary is None
+
+
+def test_condensation_replaces_forgotten_range_with_summary(store: EventStore) -> None:
+    sid = _session(store, 6)
+    head = store.head(sid)
+    seq = store.append(
+        sid,
+        [Condensation(forgotten_from=3, forgotten_to=11, summary="Read f0..f2.", pinned=[1, 2])],
+    )[0]
+    view = store.view(sid)
+    msgs = view.to_messages()
+    assert view.condensation is not None and view.condensation.seq == seq
+    assert msgs[0]["role"] == "system" and msgs[1]["content"] == "Fix the bug."
+    assert msgs[2]["content"].endswith("Read f0..f2.")
+    assert [i.seq for i in view.items] == [1, 2] + list(range(12, head + 1))
+    assert view.tokens < store.view(sid, as_of=head).tokens
+    # The hidden events are still there, and returned by reference.
+    hidden = list(store.forgotten(sid, seq))
+    assert [e.seq for e in hidden] == list(range(3, 12))
+
+
+def test_pruned_parts_render_as_placeholder_and_original_is_readable(store: EventStore) -> None:
+    sid = _session(store, 3)
+    before = store.view(sid)
+    prune_seq = store.append(sid, [Prune(targets=[PartRef(seq=5, index=0)], tokens_freed=100)])[0]
+    view = store.view(sid)
+    tool_msgs = [m for m in view.to_messages() if m["role"] == "tool"]
+    assert tool_msgs[0]["content"] == DEFAULT_PLACEHOLDER
+    assert tool_msgs[1]["content"].startswith("contents of f1.py")
+    assert view.refs() == [PartRef(seq=5, index=0)]
+    assert view.prunes == [prune_seq]
+    assert view.tokens < before.tokens
+    original = store.original(sid, PartRef(seq=5, index=0))
+    assert isinstance(original, ToolResultPart) and original.output.startswith("contents of f0.py")
+    # Time travel: before the prune, the full output shows.
+    assert store.view(sid, as_of=prune_seq - 1).to_messages() == before.to_messages()
+
+
+def test_placeholder_is_configurable_with_reference(store: EventStore) -> None:
+    sid = _session(store, 1)
+    store.append(sid, [Prune(targets=[PartRef(seq=5, index=0)])])
+    opts = ViewOptions(placeholder="[cleared: see {seq}/{index}]")
+    tool = [m for m in store.view(sid, options=opts).to_messages() if m["role"] == "tool"]
+    assert tool[0]["content"] == "[cleared: see 5/0]"
+
+
+def test_as_of_out_of_range_is_rejected(store: EventStore) -> None:
+    sid = _session(store, 1)
+    with pytest.raises(InvalidEventError, match="as_of"):
+        store.view(sid, as_of=99)
+
+
+# --------------------------------------------------------------------------- O(tail)
+
+
+def _big_session(store: EventStore, n_events: int, tail: int) -> str:
+    """``n_events`` events (message + tool pairs) with a condensation ``tail`` events back."""
+    sid = store.create_session().id
+    batch: list[Any] = [Message.system("sys"), Message.user("task")]
+    i = 0
+    written = 0
+    while written + len(batch) < n_events - tail:
+        batch.extend(_turn(i, size=50))
+        i += 1
+        if len(batch) >= 900:
+            written += len(store.append(sid, batch))
+            batch = []
+    written += len(store.append(sid, batch)) if batch else 0
+    store.append(
+        sid,
+        [
+            Condensation(
+                forgotten_from=3, forgotten_to=written, summary="earlier work", pinned=[1, 2]
+            )
+        ],
+    )
+    batch = []
+    while len(batch) < tail - 1:
+        batch.extend(_turn(i, size=50))
+        i += 1
+    store.append(sid, batch[: tail - 1])
+    return sid
+
+
+def test_view_cost_follows_the_tail_not_the_session(store: EventStore, backend: str) -> None:
+    big = 100_000 if backend == "sqlite" else 30_000
+    small_sid = _big_session(store, 1_000, 200)
+    big_sid = _big_session(store, big, 200)
+    assert store.head(big_sid) >= big - 5
+    small, large = store.view(small_sid), store.view(big_sid)
+    assert len(small.items) == len(large.items)
+    # Rows fetched: the condensation probe, the pinned head, the tail's events and parts.
+    assert large.rows_read == small.rows_read
+    assert large.rows_read < 1_000
+    assert [i.message.role for i in small.items] == [i.message.role for i in large.items]
+
+
+# --------------------------------------------------------------------------- time travel
+
+
+_op = st.one_of(
+    st.tuples(st.just("user"), st.integers(1, 200)),
+    st.tuples(st.just("call"), st.integers(1, 3)),
+    st.tuples(st.just("result"), st.integers(0, 5)),
+    st.tuples(st.just("prune"), st.integers(0, 1000)),
+    st.tuples(st.just("condense"), st.integers(0, 1000)),
+    st.tuples(st.just("noise"), st.integers(0, 1)),
+)
+
+
+@settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(ops=st.lists(_op, min_size=1, max_size=30))
+def test_time_travel_is_exact(store: EventStore, ops: list[tuple[str, int]]) -> None:
+    sid = store.create_session().id
+    store.append(sid, [Message.system("sys"), Message.user("first")])
+    pending: list[str] = []
+    results: list[PartRef] = []
+    n_calls = 0
+    last_cond: int | None = None
+    snapshots: dict[int, tuple[list[dict[str, Any]], int, str]] = {}
+
+    def snap() -> None:
+        v = store.view(sid)
+        snapshots[v.seq] = (v.to_messages(), v.tokens, v.fingerprint())
+
+    snap()
+    for kind, arg in ops:
+        head = store.head(sid)
+        if kind == "user":
+            store.append(sid, [Message.user("u" * arg)])
+        elif kind == "call":
+            calls = []
+            for _ in range(arg):
+                n_calls += 1
+                calls.append(ToolCallPart(id=f"c{n_calls}", name="t", arguments="{}"))
+                pending.append(f"c{n_calls}")
+            store.append(sid, [Message.assistant("calling", calls)])
+        elif kind == "result" and pending:
+            cid = pending.pop(arg % len(pending))
+            seq = store.append(sid, [Message.tool(cid, "out " * 30)])[0]
+            results.append(PartRef(seq=seq, index=0))
+        elif kind == "prune" and results:
+            store.append(sid, [Prune(targets=[results[arg % len(results)]])])
+        elif kind == "condense" and head > 3:
+            to = 3 + arg % (head - 2)
+            store.append(
+                sid,
+                [
+                    Condensation(
+                        forgotten_from=3,
+                        forgotten_to=min(to, head),
+                        summary=f"summary at {head}",
+                        pinned=[1, 2],
+                        supersedes=last_cond,
+                    )
+                ],
+            )
+            last_cond = head + 1
+        elif kind == "noise":
+            store.append(sid, [LLMCall(model="m", view_seq=head, fingerprint="0" * 64)])
+        else:
+            continue
+        snap()
+    for seq, (msgs, tokens, fp) in snapshots.items():
+        view = store.view(sid, as_of=seq)
+        assert view.to_messages() == msgs
+        assert view.tokens == tokens
+        assert view.fingerprint() == fp
+
+
+# --------------------------------------------------------------------------- rendering
+
+
+def test_parallel_calls_stay_together_and_results_follow_in_call_order(store: EventStore) -> None:
+    sid = store.create_session().id
+    calls = [ToolCallPart(id=f"p{i}", name="grep", arguments=f'{{"q": {i}}}') for i in range(3)]
+    store.append(
+        sid,
+        [
+            Message.user("search"),
+            Message.assistant("", calls),
+            Message.tool("p2", "r2"),
+            Message.user("interjection"),
+            Message.tool("p0", "r0"),
+            Message.tool("p1", "r1"),
+        ],
+    )
+    msgs = store.view(sid).to_messages()
+    assert [m["role"] for m in msgs] == ["user", "assistant", "tool", "tool", "tool", "user"]
+    assert msgs[1]["content"] == ""  # never None: some servers reject it
+    assert [m["tool_call_id"] for m in msgs[2:5]] == ["p0", "p1", "p2"]
+    assert [m["content"] for m in msgs[2:5]] == ["r0", "r1", "r2"]
+
+
+def test_unanswered_call_gets_an_explicit_interrupted_result(store: EventStore) -> None:
+    sid = store.create_session().id
+    store.append(
+        sid,
+        [
+            Message.user("go"),
+            Message.assistant("", [ToolCallPart(id="lost", name="bash", arguments="{}")]),
+            Message.user("are you there?"),
+        ],
+    )
+    view = store.view(sid)
+    msgs = view.to_messages()
+    assert msgs[2]["role"] == "tool" and msgs[2]["tool_call_id"] == "lost"
+    assert msgs[2]["content"] == DEFAULT_INTERRUPTED
+    assert msgs[3]["content"] == "are you there?"
+    assert view.extra_tokens > 0
+
+
+def test_orphan_result_is_left_out_of_the_view_but_kept_in_the_log(store: EventStore) -> None:
+    sid = store.create_session().id
+    store.append(sid, [Message.user("go"), Message.tool("ghost", "no call"), Message.user("next")])
+    msgs = store.view(sid).to_messages()
+    assert all(m["role"] != "tool" for m in msgs)
+    assert len(list(store.read(sid))) == 3
+
+
+def test_condensation_never_leaves_a_result_without_its_call(store: EventStore) -> None:
+    sid = _session(store, 3)
+    # A careless cut between a call (seq 4) and its result (seq 5).
+    store.append(sid, [Condensation(forgotten_from=3, forgotten_to=4, summary="s", pinned=[1, 2])])
+    msgs = store.view(sid).to_messages()
+    ids_called = {c["id"] for m in msgs for c in m.get("tool_calls") or []}
+    assert all(m["tool_call_id"] in ids_called for m in msgs if m["role"] == "tool")
+
+
+def test_reasoning_round_trips_in_litellm_form(store: EventStore) -> None:
+    sid = store.create_session().id
+    reply = Message(
+        role="assistant",
+        parts=[
+            ReasoningPart(text="think", signature="sig=="),
+            ReasoningPart(redacted_data="opaque"),
+            TextPart(text="answer"),
+        ],
+    )
+    store.append(sid, [Message.user("q"), reply])
+    msg = store.view(sid).to_messages()[1]
+    blocks = msg["thinking_blocks"]
+    assert blocks[0]["thinking"] == "think" and blocks[0]["signature"] == "sig=="
+    assert blocks[1]["type"] == "redacted_thinking" and blocks[1]["data"] == "opaque"
+    assert msg["content"] == "answer"
+
+
+def test_swe_agent_histories_render_back_unchanged(store: EventStore) -> None:
+    from eventstore.interop import from_openai, to_openai
+
+    files = corpus_files("swe-agent/**/*.traj")
+    if not files:
+        pytest.skip("corpus not present")
+    for path in files:
+        history = json.loads(path.read_text())["history"]
+        sid = store.create_session(title=path.name).id
+        messages = [from_openai(m) for m in history]
+        store.append(sid, messages)
+        rendered = store.view(sid).to_messages()
+        expected = [d for m in messages for d in to_openai(m)]
+        assert rendered == expected, path.name
+        for got, raw in zip(rendered, history, strict=True):
+            assert got["role"] == raw["role"]
+            assert got.get("content") == raw.get("content"), path.name
+
+
+# --------------------------------------------------------------------------- audit
+
+
+def _mock_reply(content: str = "done", model: str = "gpt-4o") -> Any:
+    from eventstore.tokens import import_litellm
+
+    litellm = import_litellm()
+    return litellm.completion(
+        model=model, messages=[{"role": "user", "content": "x"}], mock_response=content
+    )
+
+
+def test_record_llm_call_and_verify_detects_a_mismatch(store: EventStore) -> None:
+    sid = _session(store, 2)
+    view = store.view(sid)
+    reply = _mock_reply()
+    seq = record_llm_call(store, sid, view, reply, model="gpt-4o", latency_ms=12.5)
+    call = next(iter(store.read(sid, seq, seq))).event
+    assert isinstance(call, LLMCall)
+    assert call.view_seq == view.seq and call.fingerprint == view.fingerprint()
+    assert call.usage is not None and call.usage.prompt_tokens is not None
+    answer = next(iter(store.read(sid, seq + 1, seq + 1))).event
+    assert isinstance(answer, Message) and answer.role == "assistant" and answer.text == "done"
+    report = store.verify(sid)
+    assert report.ok and report.llm_calls == 1
+    store.append(sid, [LLMCall(model="gpt-4o", view_seq=view.seq, fingerprint="f" * 64)])
+    bad = store.verify(sid)
+    assert not bad.ok and bad.llm_calls == 2 and "renders to" in bad.problems[0]
+
+
+def test_unpriced_model_records_null_cost(store: EventStore) -> None:
+    sid = _session(store, 1)
+    reply = _mock_reply(model="openai/not-a-priced-model")
+    seq = record_llm_call(store, sid, store.view(sid), reply, model="openai/not-a-priced-model")
+    call = next(iter(store.read(sid, seq, seq))).event
+    assert isinstance(call, LLMCall) and call.cost is None
+
+
+# --------------------------------------------------------------------------- budgets
+
+
+def test_budget_from_known_model_override_and_unmapped_model() -> None:
+    b = Budget.for_model("gpt-4o")
+    assert b.max_input_tokens == 128_000
+    assert b.available == b.max_input_tokens - b.reserved_output - b.buffer
+    o = Budget.for_model("gpt-4o", max_input_tokens=10_000, reserved_output=1_000, buffer=500)
+    assert o.available == 8_500
+    with pytest.raises(BudgetError, match="max_input_tokens"):
+        Budget.for_model(f"unknown-provider/model-{uuid.uuid4().hex}")
+    assert (
+        Budget.for_model("custom/x", max_input_tokens=4096, reserved_output=0).max_input_tokens
+        == 4096
+    )
+    with pytest.raises(BudgetError):
+        Budget(max_input_tokens=100, reserved_output=100)
+
+
+def test_budget_for_registered_local_model() -> None:
+    from eventstore.tokens import import_litellm
+
+    litellm = import_litellm()
+    name = f"local-{uuid.uuid4().hex[:8]}"
+    litellm.register_model(
+        {
+            name: {
+                "max_input_tokens": 2048,
+                "max_output_tokens": 256,
+                "input_cost_per_token": 0,
+                "output_cost_per_token": 0,
+                "litellm_provider": "openai",
+                "mode": "chat",
+            }
+        }
+    )
+    b = Budget.for_model(name)
+    assert (b.max_input_tokens, b.reserved_output) == (2048, 256)
+
+
+def test_calibration_uses_reported_prompt_tokens(store: EventStore) -> None:
+    sid = _session(store, 2)
+    view = store.view(sid)
+    assert calibrated_tokens(store, view) == view.tokens
+    reply = _mock_reply()
+    record_llm_call(store, sid, view, reply, model="gpt-4o")
+    store.append(sid, _turn(99))
+    later = store.view(sid)
+    reported = reply.usage.prompt_tokens
+    added = sum(i.tokens for i in later.items if i.seq > view.seq)
+    assert calibrated_tokens(store, later) == reported + added
+
+
+# --------------------------------------------------------------------------- forks
+
+
+def test_fork_shares_prefix_and_isolates_appends_and_prunes(store: EventStore) -> None:
+    sid = _session(store, 3)  # seqs 1..11; results at 5, 8, 11
+    parent_at_8 = store.view(sid, as_of=8).to_messages()
+    fork = store.fork(sid, 8)
+    assert store.view(fork.id).to_messages() == parent_at_8
+    store.append(fork.id, [Message.user("fork only")], expected_seq=8)
+    store.append(sid, [Prune(targets=[PartRef(seq=5, index=0)])])  # parent, after the fork
+    fork_msgs = store.view(fork.id).to_messages()
+    assert fork_msgs[-1]["content"] == "fork only"
+    assert DEFAULT_PLACEHOLDER not in json.dumps(fork_msgs)  # the parent's later prune
+    store.append(fork.id, [Prune(targets=[PartRef(seq=8, index=0)])])  # fork prunes inherited
+    assert DEFAULT_PLACEHOLDER in json.dumps(store.view(fork.id).to_messages())
+    parent_tools = [m for m in store.view(sid).to_messages() if m["role"] == "tool"]
+    assert parent_tools[1]["content"].startswith("contents of f1.py")  # parent untouched
+    assert store.view(fork.id, as_of=8).to_messages() == parent_at_8
+    assert store.verify(fork.id).ok
+
+
+def test_fork_of_fork(store: EventStore) -> None:
+    sid = _session(store, 3)
+    f1 = store.fork(sid, 8)
+    store.append(f1.id, _turn(50))  # 9..11 in f1
+    f2 = store.fork(f1.id, 10)
+    store.append(f2.id, [Message.user("grandchild")])
+    seqs = [(e.session_id, e.seq) for e in store.read(f2.id)]
+    assert seqs == [(sid, s) for s in range(1, 9)] + [(f1.id, 9), (f1.id, 10), (f2.id, 11)]
+    msgs = store.view(f2.id).to_messages()
+    assert msgs[-1]["content"] == "grandchild"
+    # f1's call at seq 10 is inherited, its result (f1's seq 11) is not: interrupted.
+    assert msgs[-3]["role"] == "assistant" and msgs[-3]["tool_calls"][0]["id"] == "call_50"
+    assert msgs[-2]["role"] == "tool" and msgs[-2]["content"] == DEFAULT_INTERRUPTED
+    assert store.view(f2.id).items[-2].seq == 10
+    assert store.verify(f2.id).ok
+    assert store.head(sid) == 11 and store.head(f1.id) == 11
