@@ -16,7 +16,15 @@ from typing import Any
 from sqlalchemy import and_, func, insert, select, update
 from sqlalchemy.engine import Connection
 
-from .codec import canonical_json, chain_hash, decode_event, encode_event, new_id
+from .codec import (
+    canonical_json,
+    chain_hash,
+    column_text,
+    decode_event,
+    encode_event,
+    new_id,
+    storable_text_error,
+)
 from .errors import ConflictError, IdempotencyError, InvalidEventError, NotFoundError
 from .events import Condensation, Event, Message, Prune, ToolResultPart, utcnow
 from .records import AppendResult, Session, StoredEvent
@@ -60,11 +68,19 @@ def encode(evt: Event, counter: TokenCounter) -> Encoded:
                 {
                     "idx": idx,
                     "type": part.type,
-                    "tool_call_id": getattr(part, "tool_call_id", None)
-                    or (part.id if part.type == "tool_call" else None),
-                    "tool_name": getattr(part, "name", None)
-                    if part.type in ("tool_call", "tool_result")
-                    else None,
+                    # Index copies of payload data: escaped and capped so that any id
+                    # the payload holds verbatim fits the column on both backends.
+                    "tool_call_id": column_text(
+                        getattr(part, "tool_call_id", None)
+                        or (part.id if part.type == "tool_call" else None),
+                        255,
+                    ),
+                    "tool_name": column_text(
+                        getattr(part, "name", None)
+                        if part.type in ("tool_call", "tool_result")
+                        else None,
+                        255,
+                    ),
                     "state": part.state if isinstance(part, ToolResultPart) else None,
                     "token_count": n,
                 }
@@ -114,6 +130,9 @@ def create_session(
     sid = session_id or new_id()
     if not sid or len(sid) > 36:
         raise InvalidEventError(f"session_id must be 1-36 characters, got {sid!r}")
+    check_text("session_id", sid)
+    check_text("user_id", user_id, 255)
+    check_text("title", title)
     if session_id is not None:
         exists = conn.execute(select(sessions.c.id).where(sessions.c.id == sid)).first()
         if exists:
@@ -181,7 +200,30 @@ def fork_session(
     )
 
 
+def check_text(field: str, value: str | None, limit: int | None = None) -> None:
+    """Reject a key or label no backend column can hold exactly (the same way everywhere)."""
+    if value is None:
+        return
+    problem = storable_text_error(value)
+    if problem is None and limit is not None and len(value) > limit:
+        problem = f"is {len(value)} characters, over the limit of {limit}"
+    if problem is not None:
+        raise InvalidEventError(f"{field}: {problem}")
+
+
+def _not_found(tenant: str, session_id: str) -> NotFoundError:
+    return NotFoundError(f"no session {session_id!r} for tenant {tenant!r}")
+
+
+def _check_lookup(tenant: str, session_id: str) -> None:
+    # An id that could never have been stored is simply not there; asking the database
+    # would fail differently per backend (Postgres rejects NUL, drivers reject surrogates).
+    if not isinstance(session_id, str) or storable_text_error(session_id) or len(session_id) > 36:
+        raise _not_found(tenant, session_id)
+
+
 def get_session(conn: Connection, tenant: str, session_id: str) -> Session:
+    _check_lookup(tenant, session_id)
     row = conn.execute(
         select(sessions).where(sessions.c.id == session_id, sessions.c.tenant == tenant)
     ).first()
@@ -199,6 +241,8 @@ def list_sessions(
     offset: int,
     parent_id: str | None = None,
 ) -> list[Session]:
+    if any(v is not None and storable_text_error(v) for v in (user_id, parent_id)):
+        return []  # no stored session can match (and Postgres would reject the query)
     q = select(sessions).where(sessions.c.tenant == tenant)
     if user_id is not None:
         q = q.where(sessions.c.user_id == user_id)
@@ -212,6 +256,7 @@ def list_sessions(
 
 def lineage(conn: Connection, tenant: str, session_id: str) -> list[Segment]:
     """Where each seq range of a session's log is stored, oldest first."""
+    _check_lookup(tenant, session_id)
     chain: list[tuple[str, str | None, int | None]] = []
     row = conn.execute(
         select(sessions.c.id, sessions.c.parent_id, sessions.c.fork_seq).where(
@@ -264,6 +309,7 @@ def owner_of(segments: Sequence[Segment], seq: int) -> str | None:
 
 
 def lock_head(conn: Connection, tenant: str, session_id: str) -> tuple[int, str | None]:
+    _check_lookup(tenant, session_id)
     q = select(sessions.c.head_seq, sessions.c.head_hash).where(
         sessions.c.id == session_id, sessions.c.tenant == tenant
     )
@@ -288,6 +334,7 @@ def append(
     idempotency_key: str | None,
 ) -> AppendResult:
     head, head_hash = lock_head(conn, tenant, session_id)
+    check_text("idempotency_key", idempotency_key, 255)
     if idempotency_key is not None:
         prior = conn.execute(
             select(events.c.seq, events.c.batch_size).where(

@@ -21,6 +21,8 @@ from .events import EVENT_ADAPTER, Event
 
 __all__ = [
     "canonical_json",
+    "column_text",
+    "storable_text_error",
     "encode_event",
     "decode_event",
     "chain_hash",
@@ -38,6 +40,31 @@ def canonical_json(value: Any) -> str:
         # Only strings can hold a surrogate, and inside a JSON string ``\\uXXXX`` is valid.
         text = _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
     return text
+
+
+def column_text(value: str | None, limit: int) -> str | None:
+    """``value`` as an indexed column may hold it: NUL and lone surrogates escaped, capped.
+
+    Only for columns that copy data also kept verbatim in a payload (the ``parts`` index):
+    Postgres ``TEXT`` rejects NUL, neither driver can encode a lone surrogate, and
+    ``VARCHAR(n)`` rejects longer values on Postgres while SQLite would keep them.
+    """
+    if value is None:
+        return None
+    if "\x00" in value:
+        value = value.replace("\x00", "\\u0000")
+    if _SURROGATE.search(value):
+        value = _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", value)
+    return value[:limit]
+
+
+def storable_text_error(value: str) -> str | None:
+    """Why ``value`` cannot be stored as-is in a text column on every backend, or None."""
+    if "\x00" in value:
+        return "contains a NUL character"
+    if _SURROGATE.search(value):
+        return "contains a lone surrogate (not valid Unicode text)"
+    return None
 
 
 def encode_event(event: Event) -> str:

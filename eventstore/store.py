@@ -16,15 +16,17 @@ from __future__ import annotations
 import os
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
+from pydantic_core import PydanticSerializationError
 from sqlalchemy import create_engine, event, select
 from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 
 from . import _core
-from .codec import chain_hash
+from .codec import chain_hash, decode_event
 from .errors import (
     ConflictError,
     EventStoreError,
@@ -46,6 +48,7 @@ __all__ = ["EventStore", "AsyncEventStore", "DEFAULT_URL", "resolve_url"]
 
 DEFAULT_URL = "sqlite:///eventstore.db"
 DEFAULT_MAX_EVENT_BYTES = 32 * 1024 * 1024
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 T = TypeVar("T")
 
 
@@ -113,12 +116,14 @@ class _Base:
     ) -> None:
         if not tenant:
             raise ValueError("tenant must be a non-empty string")
+        _core.check_text("tenant", tenant, 255)
         self.tenant = tenant
         self.token_counter: TokenCounter = token_counter or HeuristicTokenCounter()
         self.max_event_bytes = max_event_bytes
 
     def _encode(self, evts: Sequence[Event | dict[str, Any]]) -> list[_core.Encoded]:
-        if isinstance(evts, (dict, str, bytes)) or not isinstance(evts, Iterable):
+        # A single model is iterable too (pydantic yields its fields): refuse it by name.
+        if isinstance(evts, (dict, str, bytes, BaseModel)) or not isinstance(evts, Iterable):
             raise InvalidEventError("events must be a list of events")
         out = []
         for i, evt in enumerate(evts):
@@ -127,11 +132,28 @@ class _Base:
                     evt = EVENT_ADAPTER.validate_python(evt)
                 except ValidationError as exc:
                     raise InvalidEventError(_describe(exc, i)) from None
+                checked = True
             elif not hasattr(evt, "kind"):
                 raise InvalidEventError(f"events[{i}]: not an event ({type(evt).__name__})")
-            enc = _core.encode(evt, self.token_counter)
+            else:
+                checked = False
+            try:
+                enc = _core.encode(evt, self.token_counter)
+            except (PydanticSerializationError, ValueError, TypeError) as exc:
+                raise InvalidEventError(f"events[{i}]: cannot be serialized ({exc})") from None
             if enc.size > self.max_event_bytes:
                 raise PayloadTooLargeError(enc.size, self.max_event_bytes, i)
+            if not checked:
+                # Models are mutable and unvalidated on assignment: make sure what is about
+                # to be stored reads back, or a single bad event would make the log unreadable.
+                try:
+                    decode_event(enc.kind, enc.payload, "0", evt.created_at or _EPOCH)
+                except ValidationError as exc:
+                    raise InvalidEventError(_describe(exc, i)) from None
+            if evt.id is not None:
+                if not 1 <= len(evt.id) <= 36:
+                    raise InvalidEventError(f"events[{i}].id: must be 1-36 characters")
+                _core.check_text(f"events[{i}].id", evt.id)
             out.append(enc)
         return out
 
