@@ -208,7 +208,9 @@ class _Gen:
             args = ", ".join(rng.sample(_WORDS, rng.randint(1, 3)))
             lines.append("")
             lines.append(f"def {name}({args}):")
-            lines.append(f'    """Return the {rng.choice(_WORDS)} for each {rng.choice(_WORDS)}."""')
+            lines.append(
+                f'    """Return the {rng.choice(_WORDS)} for each {rng.choice(_WORDS)}."""'
+            )
             for _ in range(rng.randint(5, 14)):
                 a, b, c = (rng.choice(_WORDS) for _ in range(3))
                 stmt = rng.choice(
@@ -237,9 +239,11 @@ class _Gen:
             f"collected {total} items",
             "",
         ]
-        files = [target] if target.endswith(".py") else [
-            f"tests/test_{w}.py" for w in ("invoice", "currency", "tax", "export", "models")
-        ]
+        files = (
+            [target]
+            if target.endswith(".py")
+            else [f"tests/test_{w}.py" for w in ("invoice", "currency", "tax", "export", "models")]
+        )
         per = max(1, total // len(files))
         fail_names = [f"test_{self.ident()}" for _ in range(failing)]
         for i, f in enumerate(files):
@@ -292,8 +296,10 @@ def _task_turns(g: _Gen, task: dict[str, Any], round_no: int) -> Iterator[Turn]:
     files: list[str] = task["files"]
     test = task["test"]
     sym = task["symbol"]
-    request = task["request"] if round_no == 0 else (
-        f"Follow-up on an earlier task (round {round_no + 1}): {task['request']}"
+    request = (
+        task["request"]
+        if round_no == 0
+        else (f"Follow-up on an earlier task (round {round_no + 1}): {task['request']}")
     )
 
     def call(name: str, output: str | None, err: bool = False, **args: Any) -> ScriptedCall:
@@ -307,8 +313,9 @@ def _task_turns(g: _Gen, task: dict[str, Any], round_no: int) -> Iterator[Turn]:
         f"{files[0]} at the same time.",
         "I'll run the relevant tests and read the module in parallel.",
         (
-            call("run_tests", g.test_log(test, rng.randint(1, 3), rng.randint(20, 60)),
-                 target=test),
+            call(
+                "run_tests", g.test_log(test, rng.randint(1, 3), rng.randint(20, 60)), target=test
+            ),
             call("read_file", g.python_file(files[0], sym), path=files[0]),
         ),
     )
@@ -316,17 +323,25 @@ def _task_turns(g: _Gen, task: dict[str, Any], round_no: int) -> Iterator[Turn]:
     if rng.random() < 0.5:
         bad = files[0].replace("ledger", "ledgr")
         yield Turn(
-            0, None, f"Where else is `{sym}` used?", "",
-            (call("grep", f"grep: {bad}: No such file or directory", True,
-                  pattern=sym, path=bad),),
+            0,
+            None,
+            f"Where else is `{sym}` used?",
+            "",
+            (call("grep", f"grep: {bad}: No such file or directory", True, pattern=sym, path=bad),),
         )
     yield Turn(
-        0, None, f"Searching the package for `{sym}`.", "",
+        0,
+        None,
+        f"Searching the package for `{sym}`.",
+        "",
         (call("grep", g.grep(sym, files), pattern=sym, path="src/"),),
     )
     for f in files[1:]:
         yield Turn(
-            0, None, f"{f} is involved too; reading it.", "",
+            0,
+            None,
+            f"{f} is involved too; reading it.",
+            "",
             (call("read_file", g.python_file(f, sym), path=f),),
         )
     for attempt in range(rng.randint(1, 3)):
@@ -334,33 +349,65 @@ def _task_turns(g: _Gen, task: dict[str, Any], round_no: int) -> Iterator[Turn]:
         old = f"{sym}({rng.choice(_WORDS)})"
         if attempt == 0 and rng.random() < 0.35:
             yield Turn(
-                0, None, "Applying the change.", "",
-                (call("edit_file",
-                      f"error: edit_file: old text not found in {target}: {old!r}", True,
-                      path=target, old=old, new=old.replace("(", "_v2(")),),
+                0,
+                None,
+                "Applying the change.",
+                "",
+                (
+                    call(
+                        "edit_file",
+                        f"error: edit_file: old text not found in {target}: {old!r}",
+                        True,
+                        path=target,
+                        old=old,
+                        new=old.replace("(", "_v2("),
+                    ),
+                ),
             )
         yield Turn(
-            0, None, f"Editing {target}: {task['fix']}.", "Making the edit.",
-            (call("edit_file", f"Applied 1 edit to {target} ({rng.randint(1, 12)} lines changed)",
-                  path=target, old=old, new=old.replace("(", "_fixed(")),),
+            0,
+            None,
+            f"Editing {target}: {task['fix']}.",
+            "Making the edit.",
+            (
+                call(
+                    "edit_file",
+                    f"Applied 1 edit to {target} ({rng.randint(1, 12)} lines changed)",
+                    path=target,
+                    old=old,
+                    new=old.replace("(", "_fixed("),
+                ),
+            ),
         )
         failing = 0 if attempt >= 1 or rng.random() < 0.4 else rng.randint(1, 2)
         yield Turn(
-            0, None, "Re-running the tests after the change.", "",
+            0,
+            None,
+            "Re-running the tests after the change.",
+            "",
             (call("run_tests", g.test_log(test, failing, rng.randint(20, 60)), target=test),),
         )
     # Wider check in parallel: the whole suite and the linter.
     yield Turn(
-        0, None, "Checking nothing else broke: full suite and lint together.", "",
+        0,
+        None,
+        "Checking nothing else broke: full suite and lint together.",
+        "",
         (
             call("run_tests", g.test_log("tests/", 0, rng.randint(150, 260)), target="tests/"),
-            call("bash", "All checks passed!\n" if rng.random() < 0.7 else
-                 f"src/ledger/{rng.choice(_WORDS)}.py:{rng.randint(1, 200)}:1: F401 unused import",
-                 command="ruff check src tests"),
+            call(
+                "bash",
+                "All checks passed!\n"
+                if rng.random() < 0.7
+                else f"src/ledger/{rng.choice(_WORDS)}.py:{rng.randint(1, 200)}:1: F401 unused import",
+                command="ruff check src tests",
+            ),
         ),
     )
     yield Turn(
-        0, None, "Done; summarizing for the user.",
+        0,
+        None,
+        "Done; summarizing for the user.",
         f"Done. {task['fix'].capitalize()}. Files changed: {', '.join(files)}. "
         f"`{test}` and the full suite pass.",
     )
@@ -403,3 +450,448 @@ def generate_session(turns: int = DEFAULT_TURNS, seed: int = DEFAULT_SEED) -> Sc
             out[i + 1] = Turn(nxt.index, user, nxt.reasoning, nxt.text, nxt.calls)
             break
     return Script(seed=seed, system=_SYSTEM, turns=tuple(out))
+
+
+# --------------------------------------------------------------------------- the replay
+
+_TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": desc,
+            "parameters": {
+                "type": "object",
+                "properties": {p: {"type": "string"} for p in params},
+                "required": list(params),
+            },
+        },
+    }
+    for name, desc, params in (
+        ("read_file", "Read a file of the repository.", ("path",)),
+        ("grep", "Search for a pattern.", ("pattern", "path")),
+        ("run_tests", "Run pytest on a target.", ("target",)),
+        ("edit_file", "Replace text in a file.", ("path", "old", "new")),
+        ("bash", "Run a shell command.", ("command",)),
+    )
+]
+
+
+@dataclass
+class DemoReport:
+    """What a demo run did, with every number the ``demo`` command prints."""
+
+    db: str
+    session_id: str
+    model: str
+    offline: bool
+    seed: int
+    turns: int
+    script_fingerprint: str
+    budget: dict[str, int]
+    events: int = 0
+    events_by_kind: dict[str, int] = field(default_factory=dict)
+    llm_calls: int = 0
+    raw_history_tokens: int = 0
+    """Sum of the stored token counts of every message event: the view with nothing condensed."""
+    max_view_tokens_sent: int = 0
+    """Largest view sent to the model over the run."""
+    views_over_budget: int = 0
+    """Model calls whose view did not fit the budget (should be 0)."""
+    final_view: dict[str, Any] = field(default_factory=dict)
+    condensations: list[dict[str, Any]] = field(default_factory=list)
+    prunes: list[dict[str, Any]] = field(default_factory=list)
+    time_travel: dict[str, Any] = field(default_factory=dict)
+    interrupted: dict[str, Any] = field(default_factory=dict)
+    verify: dict[str, Any] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready data."""
+        return asdict(self)
+
+
+def _fresh_sqlite(path: Path) -> str:
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        p = path.with_name(path.name + suffix)
+        if p.exists():
+            p.unlink()
+    return f"sqlite:///{path}"
+
+
+def _register_offline_model(model: str, window: int) -> None:
+    """Describe the offline model to litellm so budgets come from its model map."""
+    from .tokens import import_litellm
+
+    litellm = import_litellm()
+    litellm.register_model(
+        {
+            model: {
+                "max_input_tokens": window,
+                "max_output_tokens": 1024,
+                "input_cost_per_token": 0.0,
+                "output_cost_per_token": 0.0,
+                "cache_creation_input_token_cost": 0.0,
+                "cache_read_input_token_cost": 0.0,
+                "litellm_provider": "openai",
+                "mode": "chat",
+            }
+        }
+    )
+
+
+def _reply(turn: Turn, model: str, prompt_tokens: int) -> dict[str, Any]:
+    """The scripted assistant reply as a chat completion (for ``mock_response``)."""
+    message: dict[str, Any] = {
+        "role": "assistant",
+        "content": turn.text or None,
+        "reasoning_content": turn.reasoning,
+    }
+    if turn.calls:
+        message["tool_calls"] = [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            for c in turn.calls
+        ]
+    completion = max(
+        1, (len(turn.text) + len(turn.reasoning) + sum(len(c.arguments) for c in turn.calls)) // 4
+    )
+    return {
+        "id": f"demo-{turn.index}",
+        "model": model,
+        "object": "chat.completion",
+        "choices": [
+            {
+                "index": 0,
+                "finish_reason": "tool_calls" if turn.calls else "stop",
+                "message": message,
+            }
+        ],
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion,
+            "total_tokens": prompt_tokens + completion,
+        },
+    }
+
+
+def _assistant_message(turn: Turn, model: str) -> Any:
+    from .events import Message, ReasoningPart, TextPart, ToolCallPart
+
+    parts: list[Any] = [ReasoningPart(text=turn.reasoning, format="reasoning_content")]
+    if turn.text:
+        parts.append(TextPart(text=turn.text))
+    parts += [ToolCallPart(id=c.id, name=c.name, arguments=c.arguments) for c in turn.calls]
+    return Message(role="assistant", parts=parts, model=model)
+
+
+def _tool_messages(turn: Turn) -> list[Any]:
+    from .events import Message
+
+    return [
+        Message.tool(
+            c.id,
+            c.output,
+            name=c.name,
+            is_error=c.is_error,
+            state="error" if c.is_error else "completed",
+        )
+        for c in turn.calls
+        if c.output is not None
+    ]
+
+
+Condense = Callable[["EventStore", str, "Budget"], list[int]]
+"""``(store, session_id, budget) -> seqs written``: one condensation check before a call."""
+
+
+TRIGGER_FRACTION = 0.85
+"""Condense when the view passes this fraction of the budget (the pipeline then aims for
+half of it)."""
+
+
+def _default_condense(model: str | None) -> Condense:
+    """The default condenser pipeline, run when the view passes the threshold.
+
+    The demo is an application on top of both packages, so it may import ``condensers``
+    (lazily); the library modules never do.
+    """
+    from condensers.base import PlanContext
+    from condensers.pipeline import default_pipeline
+
+    pipeline = default_pipeline(model)
+
+    def condense(store: EventStore, sid: str, budget: Budget) -> list[int]:
+        view = store.view(sid)
+        if view.tokens <= budget.fraction(TRIGGER_FRACTION):
+            return []
+        ctx = PlanContext(trigger="threshold", token_counter=store.token_counter)
+        outcome = pipeline.run(store, sid, budget, ctx, view=view)
+        return [step.seq for step in outcome.steps]
+
+    return condense
+
+
+def run_demo(
+    url: str | None = None,
+    *,
+    turns: int = DEFAULT_TURNS,
+    model: str | None = None,
+    seed: int = DEFAULT_SEED,
+    window: int = DEFAULT_WINDOW,
+    tenant: str = "demo",
+    condense: Condense | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> DemoReport:
+    """Replay a generated session through the store and the default condenser pipeline.
+
+    Args:
+        url: Database URL. Default: a fresh ``eventstore-demo.db`` in the working directory,
+            deleted and recreated on each run.
+        turns: Model calls in the generated session.
+        model: A real litellm model to send each view to. Default: offline, the scripted
+            reply comes back through litellm's ``mock_response`` and nothing leaves the
+            machine.
+        seed: Seed of the session generator.
+        window: Input window (tokens) the budget is computed from; small on purpose.
+        tenant: Tenant the demo session is created under.
+        condense: Replaces the default pipeline (for tests and experiments).
+        progress: Called with ``(turns_done, turns)`` after each turn.
+    """
+    from .budget import Budget
+    from .store import EventStore
+    from .tokens import import_litellm
+    from .views import record_llm_call
+
+    t0 = time.perf_counter()
+    script = generate_session(turns, seed)
+    t_gen = time.perf_counter() - t0
+    offline = model is None
+    model_name = model or f"openai/eventstore-demo-{window // 1000}k"
+    if offline:
+        _register_offline_model(model_name, window)
+        budget = Budget.for_model(model_name)
+    else:
+        budget = Budget.for_model(model_name, max_input_tokens=window)
+    litellm = import_litellm()
+    if url is None:
+        url = _fresh_sqlite(Path.cwd() / DEFAULT_DEMO_DB)
+    is_sqlite = url.startswith("sqlite")
+    store = EventStore(
+        url,
+        tenant=tenant,
+        upgrade=True,
+        # A demo database is disposable: skip the per-commit fsync.
+        **({"sqlite_synchronous": "NORMAL"} if is_sqlite else {}),
+    )
+    condense = condense or _default_condense(None if offline else model_name)
+    report = DemoReport(
+        db=store.url if is_sqlite else _hide_password(store.url),
+        session_id="",
+        model=model_name,
+        offline=offline,
+        seed=seed,
+        turns=turns,
+        script_fingerprint=script.fingerprint(),
+        budget={
+            "max_input_tokens": budget.max_input_tokens,
+            "reserved_output": budget.reserved_output,
+            "buffer": budget.buffer,
+            "available": budget.available,
+        },
+    )
+    try:
+        from .events import Message
+
+        session = store.create_session(
+            title="ledger: fix rounding, add export --since, speed up reconcile",
+            metadata={"generator": "eventstore.demo", "seed": seed, "turns": turns},
+        )
+        sid = report.session_id = session.id
+        store.append(sid, [Message.system(script.system)], expected_seq=0)
+        t1 = time.perf_counter()
+        for turn in script.turns:
+            if turn.user is not None:
+                store.append(sid, [Message.user(turn.user)])
+            condense(store, sid, budget)
+            view = store.view(sid)
+            report.max_view_tokens_sent = max(report.max_view_tokens_sent, view.tokens)
+            if not budget.fits(view.tokens):
+                report.views_over_budget += 1
+            messages = view.to_messages()
+            start = time.perf_counter()
+            if offline:
+                response = litellm.completion(
+                    model=model_name,
+                    messages=messages,
+                    mock_response=_reply(turn, model_name, view.tokens),
+                )
+                record_llm_call(
+                    store,
+                    sid,
+                    view,
+                    response,
+                    model=model_name,
+                    latency_ms=(time.perf_counter() - start) * 1000,
+                    expected_seq=view.seq,
+                )
+            else:
+                response = litellm.completion(
+                    model=model_name, messages=messages, tools=_TOOLS, max_tokens=256
+                )
+                reply = response.choices[0].message
+                record_llm_call(
+                    store,
+                    sid,
+                    view,
+                    response,
+                    model=model_name,
+                    latency_ms=(time.perf_counter() - start) * 1000,
+                    append_response=False,
+                    metadata={"reply": (reply.content or "")[:2000], "scripted_reply": True},
+                    expected_seq=view.seq,
+                )
+                store.append(sid, [_assistant_message(turn, model_name)])
+            tools = _tool_messages(turn)
+            if tools:
+                store.append(sid, tools)
+            if progress is not None:
+                progress(turn.index + 1, len(script.turns))
+        t2 = time.perf_counter()
+        _summarize(store, sid, report, budget, script)
+        report.seconds = {
+            "generate": round(t_gen, 3),
+            "replay": round(t2 - t1, 3),
+            "report": round(time.perf_counter() - t2, 3),
+            "total": round(time.perf_counter() - t0, 3),
+        }
+        return report
+    finally:
+        store.close()
+
+
+def _hide_password(url: str) -> str:
+    from sqlalchemy.engine import make_url
+
+    return make_url(url).render_as_string(hide_password=True)
+
+
+def _summarize(
+    store: EventStore, sid: str, report: DemoReport, budget: Budget, script: Script
+) -> None:
+    """Fill ``report`` from what the store holds (not from what the replay believed)."""
+    from .events import Condensation, LLMCall, Prune
+    from .views import ViewOptions
+
+    calls: list[tuple[int, LLMCall]] = []
+    kinds: dict[str, int] = {}
+    raw = 0
+    for stored in store.read(sid):
+        kinds[stored.kind] = kinds.get(stored.kind, 0) + 1
+        evt = stored.event
+        if stored.kind == "message":
+            raw += stored.token_count
+        elif isinstance(evt, Condensation):
+            report.condensations.append(
+                {
+                    "seq": stored.seq,
+                    "condenser": evt.condenser,
+                    "trigger": evt.trigger,
+                    "forgotten_from": evt.forgotten_from,
+                    "forgotten_to": evt.forgotten_to,
+                    "forgotten_events": evt.forgotten_events,
+                    "tokens_before": evt.tokens_before,
+                    "tokens_after": evt.tokens_after,
+                    "summary_tokens": evt.summary_tokens,
+                    "summary_model": evt.summary_model,
+                }
+            )
+        elif isinstance(evt, Prune):
+            report.prunes.append(
+                {
+                    "seq": stored.seq,
+                    "strategy": evt.strategy,
+                    "trigger": evt.trigger,
+                    "parts": len(evt.targets),
+                    "tokens_freed": evt.tokens_freed,
+                }
+            )
+        elif isinstance(evt, LLMCall):
+            calls.append((stored.seq, evt))
+    report.events = sum(kinds.values())
+    report.events_by_kind = kinds
+    report.llm_calls = len(calls)
+    report.raw_history_tokens = raw
+
+    final = store.view(sid)
+    report.final_view = {
+        "seq": final.seq,
+        "tokens": final.tokens,
+        "messages": len(final.to_messages()),
+        "events_shown": len(final.items),
+        "pinned": len(final.pinned),
+        "compacted_parts": len(final.refs()),
+        "summary_tokens": final.summary_tokens,
+        "condensation_seq": final.condensation.seq if final.condensation else None,
+        "rows_read": final.rows_read,
+        "fits_budget": budget.fits(final.tokens),
+        "ratio_to_raw": round(final.tokens / raw, 4) if raw else None,
+    }
+
+    # Time travel: the last call sent before the first condensation saw events that are
+    # condensed away now; rebuild its view and compare with the recorded fingerprint.
+    first_cond = report.condensations[0]["seq"] if report.condensations else None
+    chosen = None
+    for seq, call in calls:
+        if first_cond is None or seq < first_cond:
+            chosen = (seq, call)
+        if first_cond is None and seq >= report.events // 2:
+            break
+    if chosen is not None:
+        seq, call = chosen
+        past = store.view(sid, as_of=call.view_seq, options=ViewOptions(**call.render_options))
+        rebuilt = past.fingerprint()
+        report.time_travel = {
+            "llm_call_seq": seq,
+            "view_seq": call.view_seq,
+            "recorded_fingerprint": call.fingerprint,
+            "rebuilt_fingerprint": rebuilt,
+            "match": rebuilt == call.fingerprint,
+            "tokens": past.tokens,
+            "messages": len(past.to_messages()),
+            "now_condensed": first_cond is not None,
+        }
+
+    lost = next((c for t in script.turns for c in t.calls if c.output is None), None)
+    if lost is not None:
+        report.interrupted = _interrupted(store, sid, lost.id)
+
+    v = store.verify(sid)
+    report.verify = {
+        "ok": v.ok,
+        "events": v.events,
+        "llm_calls": v.llm_calls,
+        "problems": v.problems[:20],
+    }
+
+
+def _interrupted(store: EventStore, sid: str, call_id: str) -> dict[str, Any]:
+    """Where the interrupted call sits and how the view right after it renders it."""
+    from .views import DEFAULT_INTERRUPTED
+
+    call_seq = None
+    for stored in store.read(sid, kinds=["message"]):
+        if any(getattr(p, "id", None) == call_id for p in stored.event.parts):  # type: ignore[union-attr]
+            call_seq = stored.seq
+            break
+    out: dict[str, Any] = {"call_id": call_id, "seq": call_seq, "rendered_interrupted": False}
+    if call_seq is None:
+        return out
+    # The view after the turn's tool results (before anything condenses the call away).
+    for probe in range(call_seq, min(call_seq + 6, store.head(sid)) + 1):
+        msgs = store.view(sid, as_of=probe).to_messages()
+        for m in msgs:
+            if m.get("role") == "tool" and m.get("tool_call_id") == call_id:
+                out["rendered_interrupted"] = m.get("content") == DEFAULT_INTERRUPTED
+                out["view_seq"] = probe
+                return out
+    return out
