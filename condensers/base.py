@@ -1,0 +1,292 @@
+"""The condenser protocol and the planning helpers every strategy shares.
+
+A condenser looks at a :class:`~eventstore.views.View` and a
+:class:`~eventstore.budget.Budget` and proposes one event (a :class:`Prune` or a
+:class:`Condensation`) or nothing. Planning never writes; :func:`apply` appends the proposal
+with ``expected_seq=view.seq``, so if anything was appended after the view was read the
+store raises :class:`~eventstore.errors.ConflictError` and the caller plans again against
+the new view instead of writing a stale condensation.
+
+Cut points: a condensation forgets a prefix of the view's tail. :func:`cut_points` lists
+the positions where the tail may be cut without separating a tool call from its result
+(parallel calls of one assistant message stay together with all their results) and
+without forgetting a call that is still waiting for its result.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+
+from eventstore.events import Condensation, Prune, ToolCallPart, ToolResultPart
+from eventstore.tokens import MESSAGE_OVERHEAD, HeuristicTokenCounter, TokenCounter
+
+if TYPE_CHECKING:
+    from eventstore.budget import Budget
+    from eventstore.store import AsyncEventStore, EventStore
+    from eventstore.views import View, ViewItem
+
+__all__ = [
+    "Trigger",
+    "PlanContext",
+    "Proposal",
+    "Condenser",
+    "apply",
+    "apply_async",
+    "cut_points",
+    "pending_call_ids",
+    "choose_cut",
+    "condensation_for",
+    "previous_condensation",
+    "newly_forgotten",
+    "range_start",
+]
+
+Trigger = Literal["threshold", "count", "manual", "overflow", "import"]
+
+
+@dataclass
+class PlanContext:
+    """Why and how far to condense, handed to every strategy.
+
+    Attributes:
+        trigger: What asked for condensation.
+        target_tokens: The view size to aim for after condensing.
+        focus: Focus instructions for a summary (from a manual request).
+        request_seq: Seq of the :class:`~eventstore.events.CondensationRequest` answered.
+        token_counter: Counts summary tokens the way the store counts parts.
+        force: Condense even when the view is under target (manual requests, overflows).
+    """
+
+    trigger: Trigger = "threshold"
+    target_tokens: int | None = None
+    focus: str | None = None
+    request_seq: int | None = None
+    token_counter: TokenCounter = field(default_factory=HeuristicTokenCounter)
+    force: bool = False
+
+    def target(self, budget: Budget, fraction: float = 0.5) -> int:
+        """The target in tokens: explicit, or ``fraction`` of the budget."""
+        return self.target_tokens if self.target_tokens is not None else budget.fraction(fraction)
+
+
+@dataclass
+class Proposal:
+    """One event a condenser wants to append, with its expected effect."""
+
+    event: Prune | Condensation
+    """The event to append."""
+    condenser: str
+    """Name of the strategy that made it."""
+    tokens_before: int
+    """View tokens when planned."""
+    tokens_after: int
+    """Estimated view tokens once applied."""
+    view_seq: int
+    """The view's seq; the append expects the head still to be there."""
+    latency_ms: float = 0.0
+    """Time spent planning (summaries included)."""
+    notes: list[str] = field(default_factory=list)
+    """What happened while planning (fallbacks, retries)."""
+
+
+@runtime_checkable
+class Condenser(Protocol):
+    """A strategy that shrinks a view by proposing one event."""
+
+    name: str
+
+    def settings(self) -> dict[str, Any]:
+        """Settings recorded on the events it writes."""
+        ...
+
+    def plan(self, view: View, budget: Budget, ctx: PlanContext) -> Proposal | None:
+        """Propose a prune or condensation for ``view``, or ``None`` when there is nothing
+        worth doing. Must not write."""
+        ...
+
+
+def apply(store: EventStore, view: View, proposal: Proposal) -> int:
+    """Append ``proposal`` if the session head is still ``view.seq``; returns its seq.
+
+    Raises:
+        ConflictError: something was appended after the view was read; plan again.
+    """
+    return store.append(view.session_id, [proposal.event], expected_seq=proposal.view_seq)[0]
+
+
+async def apply_async(store: AsyncEventStore, view: View, proposal: Proposal) -> int:
+    """The asyncio twin of :func:`apply`."""
+    seqs = await store.append(view.session_id, [proposal.event], expected_seq=proposal.view_seq)
+    return seqs[0]
+
+
+# --------------------------------------------------------------------------- tool pairs
+
+
+def pending_call_ids(items: Sequence[ViewItem]) -> set[str]:
+    """Calls still waiting for a result: unanswered, with no user or assistant message after.
+
+    An unanswered call followed by more conversation belongs to an interrupted run (the
+    view renders an explicit "interrupted" result for it) and may be condensed; a trailing
+    one may still be answered and must stay visible.
+    """
+    answered = {p.tool_call_id for i in items for p in i.message.parts if p.type == "tool_result"}
+    pending: set[str] = set()
+    for item in reversed(items):
+        msg = item.message
+        if msg.role == "user":
+            break
+        if msg.role == "assistant":
+            pending.update(c.id for c in msg.tool_calls if c.id not in answered)
+            if msg.tool_calls or msg.text:
+                break
+    return pending
+
+
+def cut_points(items: Sequence[ViewItem]) -> list[int]:
+    """Indexes ``i`` into the unpinned items where ``items[:i]`` may be forgotten.
+
+    A cut is valid when no tool call before it has its result at or after it (and no
+    result before it belongs to a call after it), and nothing before it is a pending call.
+    Index 0 (forget nothing) is always valid; ``len(items)`` is valid when the whole tail
+    could go.
+    """
+    n = len(items)
+    call_at: dict[str, int] = {}
+    result_at: dict[str, int] = {}
+    for i, item in enumerate(items):
+        for p in item.message.parts:
+            if isinstance(p, ToolCallPart):
+                call_at.setdefault(p.id, i)
+            elif isinstance(p, ToolResultPart):
+                result_at[p.tool_call_id] = max(result_at.get(p.tool_call_id, i), i)
+    blocked = [False] * (n + 1)
+    for cid, a in call_at.items():
+        b = result_at.get(cid)
+        if b is not None:
+            lo, hi = min(a, b), max(a, b)
+            for k in range(lo + 1, hi + 1):
+                blocked[k] = True
+    pending = pending_call_ids(items)
+    first_pending = min((call_at[c] for c in pending if c in call_at), default=None)
+    out = []
+    for k in range(n + 1):
+        if blocked[k]:
+            continue
+        if first_pending is not None and k > first_pending:
+            continue
+        out.append(k)
+    return out
+
+
+def previous_condensation(view: View) -> Condensation | None:
+    """The condensation that defines ``view``, if any."""
+    if view.condensation is None:
+        return None
+    evt = view.condensation.event
+    assert isinstance(evt, Condensation)
+    return evt
+
+
+def range_start(view: View) -> int:
+    """First seq of the forgotten range: right after the pinned head.
+
+    The range may not contain a pinned seq; a stray unpinned message before the last pin
+    (unusual) is forgotten together with the range.
+    """
+    prev = previous_condensation(view)
+    start = prev.forgotten_from if prev is not None else 1
+    pinned = [i.seq for i in view.items if i.pinned]
+    if pinned:
+        start = max(start, max(pinned) + 1)
+    return start
+
+
+def choose_cut(
+    view: View,
+    keep_tokens: int,
+    *,
+    min_keep: int = 1,
+) -> int:
+    """How many unpinned items to forget so the rest fits ``keep_tokens``.
+
+    Keeps the newest items whose tokens fit, moving the cut to the nearest valid cut point
+    that keeps at least as much as fits (never splitting a tool group). At least the newest
+    ``min_keep`` items stay when a valid cut allows it.
+    Returns the count of unpinned items to forget (0: nothing).
+    """
+    tail = [i for i in view.items if not i.pinned]
+    n = len(tail)
+    points = cut_points(tail)
+    # suffix[k] = tokens of tail[k:]
+    suffix = [0] * (n + 1)
+    for k in range(n - 1, -1, -1):
+        suffix[k] = suffix[k + 1] + tail[k].tokens
+    limit = max(n - min_keep, 0)
+    start = range_start(view)
+    floor = sum(1 for i in tail if i.seq < start)
+    best = 0
+    for k in points:
+        if k > limit:
+            break
+        best = k
+        if suffix[k] <= keep_tokens and k >= floor:
+            break
+    return best
+
+
+def condensation_for(
+    view: View,
+    forget: int,
+    *,
+    summary: str | None,
+    condenser: str,
+    settings: dict[str, Any],
+    ctx: PlanContext,
+    **fields: Any,
+) -> tuple[Condensation, int]:
+    """A condensation forgetting the first ``forget`` unpinned items, and the view's tokens
+    after it.
+
+    The forgotten range starts right after the pinned head and ends just before the first
+    kept item, so it covers everything the previous condensation forgot as well: the new
+    condensation alone defines the view.
+    """
+    pinned = [i for i in view.items if i.pinned]
+    tail = [i for i in view.items if not i.pinned]
+    pinned_seqs = [i.seq for i in pinned]
+    start = range_start(view)
+    forget = max(forget, sum(1 for i in tail if i.seq < start))
+    end = tail[forget].seq - 1 if forget < len(tail) else view.seq
+    pinned_inside = sum(1 for s in pinned_seqs if start <= s <= end)
+    counter = ctx.token_counter
+    prefix = view.options.summary_prefix
+    summary_tokens = counter.count(summary) if summary else 0
+    shown_tokens = (MESSAGE_OVERHEAD + counter.count(prefix + summary)) if summary else 0
+    kept = sum(i.tokens for i in pinned) + sum(i.tokens for i in tail[forget:])
+    after = kept + shown_tokens + view.extra_tokens
+    evt = Condensation(
+        forgotten_from=start,
+        forgotten_to=end,
+        summary=summary,
+        summary_tokens=summary_tokens,
+        pinned=pinned_seqs,
+        forgotten_events=end - start + 1 - pinned_inside,
+        condenser=condenser,
+        settings=settings,
+        trigger=ctx.trigger,
+        tokens_before=view.tokens,
+        tokens_after=after,
+        supersedes=view.condensation.seq if view.condensation is not None else None,
+        focus=ctx.focus,
+        request_seq=ctx.request_seq,
+        **fields,
+    )
+    return evt, after
+
+
+def newly_forgotten(view: View, forget: int) -> list[Any]:
+    """The stored events a cut of ``forget`` unpinned items removes from the view."""
+    return [i.stored for i in view.items if not i.pinned][:forget]

@@ -1,0 +1,188 @@
+"""Summarizing condensation: replace the forgotten middle with a structured summary.
+
+The summary is anchored: the summarizer sees the summary currently in the view plus only
+the events this condensation newly forgets, and returns one summary covering both. The
+forgotten range always starts right after the pinned head, so each condensation alone
+defines its view.
+
+When a model-backed summarizer fails (rate limit, timeout, context overflow, a summary
+without the template's headings even after a retry, or any other error) the condenser
+falls back to the deterministic :class:`~condensers.summarizers.ExtractiveSummarizer` and
+records that it did. A summary that does not make the view smaller is never written.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from .base import (
+    PlanContext,
+    Proposal,
+    choose_cut,
+    condensation_for,
+    newly_forgotten,
+    previous_condensation,
+)
+from .summarizers import ExtractiveSummarizer, LLMSummarizer, Summarizer, SummaryResult
+
+if TYPE_CHECKING:
+    from eventstore.budget import Budget
+    from eventstore.views import View
+
+__all__ = ["SummarizingCondenser", "LLMSummaryCondenser", "ExtractiveCondenser"]
+
+
+class SummarizingCondenser:
+    """Forget the oldest unpinned messages and summarize them into the previous summary.
+
+    Args:
+        summarizer: Writes the summary.
+        fallback: Used when ``summarizer`` raises (``None``: propose nothing instead).
+        target_fraction: View size after condensing, as a fraction of the budget (when the
+            plan context gives no explicit target).
+        summary_fraction: Share of the target set aside for the summary when choosing how
+            much to keep.
+        min_forget_events: Fewest messages a condensation must forget to be written.
+        min_keep: Newest messages always kept (when a valid cut allows it).
+    """
+
+    def __init__(
+        self,
+        summarizer: Summarizer,
+        *,
+        fallback: Summarizer | None = None,
+        target_fraction: float = 0.5,
+        summary_fraction: float = 0.25,
+        min_forget_events: int = 2,
+        min_keep: int = 1,
+    ) -> None:
+        if not 0 < target_fraction <= 1:
+            raise ValueError("target_fraction must be in (0, 1]")
+        self.summarizer = summarizer
+        self.fallback = fallback
+        self.target_fraction = target_fraction
+        self.summary_fraction = summary_fraction
+        self.min_forget_events = max(min_forget_events, 1)
+        self.min_keep = min_keep
+        self.name = summarizer.name
+
+    def settings(self) -> dict[str, Any]:
+        return {
+            "summarizer": self.summarizer.settings(),
+            "fallback": self.fallback.name if self.fallback else None,
+            "target_fraction": self.target_fraction,
+            "summary_fraction": self.summary_fraction,
+            "min_forget_events": self.min_forget_events,
+            "min_keep": self.min_keep,
+        }
+
+    def plan(self, view: View, budget: Budget, ctx: PlanContext) -> Proposal | None:
+        started = time.perf_counter()
+        prev = previous_condensation(view)
+        target = ctx.target(budget, self.target_fraction)
+        pinned = sum(i.tokens for i in view.items if i.pinned)
+        reserve = max(int(target * self.summary_fraction), 64)
+        keep = target - pinned - reserve
+        forget = choose_cut(view, keep, min_keep=self.min_keep)
+        if forget < self.min_forget_events:
+            return None
+        events = newly_forgotten(view, forget)
+        previous = prev.summary if prev is not None else None
+        notes: list[str] = []
+        used: Summarizer = self.summarizer
+        settings = self.settings()
+        try:
+            result = self._summarize(self.summarizer, previous, events, ctx, reserve)
+        except Exception as exc:  # any failure falls back; the log is never touched
+            if self.fallback is None:
+                return None
+            reason = f"{type(exc).__name__}: {str(exc)[:300]}"
+            notes.append(f"{self.summarizer.name} failed, fell back to {self.fallback.name}")
+            settings = {**settings, "fallback_from": self.summarizer.name, "error": reason}
+            used = self.fallback
+            result = self._summarize(self.fallback, previous, events, ctx, reserve)
+        notes.extend(result.notes)
+        evt, after = condensation_for(
+            view,
+            forget,
+            summary=result.text,
+            condenser=used.name,
+            settings=settings,
+            ctx=ctx,
+            summary_model=result.model,
+            template_version=result.template_version,
+            usage=result.usage,
+            cost=_cost(result),
+        )
+        if after >= view.tokens:
+            # Summary rejected: it would not shrink the view.
+            return None
+        return Proposal(
+            event=evt,
+            condenser=used.name,
+            tokens_before=view.tokens,
+            tokens_after=after,
+            view_seq=view.seq,
+            latency_ms=(time.perf_counter() - started) * 1000,
+            notes=notes,
+        )
+
+    @staticmethod
+    def _summarize(
+        summarizer: Summarizer,
+        previous: str | None,
+        events: list[Any],
+        ctx: PlanContext,
+        reserve: int,
+    ) -> SummaryResult:
+        if isinstance(summarizer, ExtractiveSummarizer):
+            # The extractive summary can be sized exactly; a model's reply is capped by
+            # its own max_output_tokens instead.
+            return summarizer.summarize(
+                previous,
+                events,
+                focus=ctx.focus,
+                limit_tokens=reserve,
+                token_counter=ctx.token_counter,
+            )
+        return summarizer.summarize(previous, events, focus=ctx.focus)
+
+
+def _cost(result: SummaryResult) -> float | None:
+    # A model summary that could not be priced records None; extractive costs nothing.
+    if result.model is None:
+        return 0.0
+    return result.cost
+
+
+class LLMSummaryCondenser(SummarizingCondenser):
+    """A :class:`SummarizingCondenser` with an :class:`LLMSummarizer` and the extractive
+    fallback.
+
+    Args:
+        model: The summary model (may be cheaper than the agent's).
+        **kwargs: ``LLMSummarizer`` arguments (``api_base``, ``window``, ``call_kwargs``...)
+            and ``SummarizingCondenser`` arguments (``target_fraction``...).
+    """
+
+    def __init__(self, model: str, **kwargs: Any) -> None:
+        own = {
+            k: kwargs.pop(k)
+            for k in ("target_fraction", "summary_fraction", "min_forget_events", "min_keep")
+            if k in kwargs
+        }
+        fallback = kwargs.pop("fallback", ExtractiveSummarizer())
+        super().__init__(LLMSummarizer(model, **kwargs), fallback=fallback, **own)
+
+
+class ExtractiveCondenser(SummarizingCondenser):
+    """A :class:`SummarizingCondenser` with the deterministic extractive summarizer."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        own = {
+            k: kwargs.pop(k)
+            for k in ("target_fraction", "summary_fraction", "min_forget_events", "min_keep")
+            if k in kwargs
+        }
+        super().__init__(ExtractiveSummarizer(**kwargs), fallback=None, **own)
