@@ -36,7 +36,7 @@ from typing import IO, Any, Literal
 
 from pydantic import ValidationError
 
-from .codec import chain_hash, encode_event
+from .codec import chain_hash, encode_event, new_id
 from .errors import InvalidEventError
 from .events import (
     EVENT_ADAPTER,
@@ -664,6 +664,8 @@ def import_transcripts(
     """
     for t in transcripts:
         _check_sizes(store, t)
+        if t.hashes is not None:
+            _check_ids_free(store, t)
     total = sum(len(t.events) for t in transcripts)
     done = 0
     if progress:
@@ -696,6 +698,30 @@ def _check_sizes(store: EventStore, t: Transcript) -> None:
             )
 
 
+def _check_ids_free(store: EventStore, t: Transcript) -> None:
+    """Event ids are unique across a database: refuse before writing, not halfway."""
+    from sqlalchemy import select
+
+    from .schema import events
+
+    ids = [e.id for e in t.events if e.id]
+    with store.engine.connect() as conn:
+        for start in range(0, len(ids), 500):
+            chunk = ids[start : start + 500]
+            taken = conn.execute(select(events.c.id).where(events.c.id.in_(chunk))).first()
+            if taken is not None:
+                raise ImportFormatError(
+                    f"{t.title or 'export'}: event id {taken.id} already exists in this "
+                    "database (the export came from here, or was imported before); import "
+                    "with new_ids=True to give the events fresh ids (their hashes change)"
+                )
+
+
+def _renumber(t: Transcript) -> Transcript:
+    events = [e.model_copy(update={"id": new_id()}) for e in t.events]
+    return Transcript(events=events, title=t.title, metadata=t.metadata, user_id=t.user_id)
+
+
 def _check_hashes(store: EventStore, session_id: str, expected: list[str]) -> None:
     for stored, want in zip(store.read(session_id), expected, strict=True):
         if stored.hash != want:
@@ -717,6 +743,7 @@ def import_file(
     progress: Progress | None = None,
     *,
     batch_size: int = DEFAULT_BATCH,
+    new_ids: bool = False,
 ) -> list[Session]:
     """Import a trajectory, transcript or export file; one session per conversation.
 
@@ -726,6 +753,7 @@ def import_file(
         format: One of :data:`Format`; detected from the content when omitted.
         progress: Called with ``(events_done, events_total)`` after each batch.
         batch_size: Events per append.
+        new_ids: For exports: give the events fresh ids (see :func:`import_jsonl`).
 
     Returns:
         The new sessions (most files hold one; OpenHands resolver output holds one per run).
@@ -734,6 +762,8 @@ def import_file(
         ImportFormatError: Malformed input. Nothing has been written in that case.
     """
     transcripts = load_transcripts(path, format)
+    if new_ids:
+        transcripts = [_renumber(t) if t.hashes is not None else t for t in transcripts]
     return import_transcripts(store, transcripts, progress=progress, batch_size=batch_size)
 
 
@@ -742,6 +772,7 @@ def import_jsonl(
     fp: IO[str],
     *,
     session_id: str | None = None,
+    new_ids: bool = False,
     progress: Progress | None = None,
     batch_size: int = DEFAULT_BATCH,
 ) -> Session:
@@ -751,13 +782,19 @@ def import_jsonl(
     imported hash is checked against the file. The session gets a new id unless
     ``session_id`` is given.
 
+    Event ids are unique per database, so an export cannot be imported back into the
+    database it came from with its ids; ``new_ids=True`` assigns fresh ones (timestamps,
+    kinds and payloads stay, the hashes then differ from the file's).
+
     Raises:
-        ImportFormatError: A line is malformed or its hash does not match; the message
-            names the line and nothing is written.
+        ImportFormatError: A line is malformed, its hash does not match, or an event id
+            is already taken; the message names the line and nothing is written.
     """
     where = getattr(fp, "name", None) or "<export>"
     loaded = _parse_text(fp.read(), str(where))
     transcript = _parse_export(loaded)
+    if new_ids:
+        transcript = _renumber(transcript)
     return import_transcripts(
         store,
         [transcript],

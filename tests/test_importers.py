@@ -1,0 +1,648 @@
+"""Importers and the JSONL export, on both backends, against the real trajectory corpus."""
+
+from __future__ import annotations
+
+import io
+import json
+import uuid
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import corpus_files
+
+from eventstore import (
+    Condensation,
+    Custom,
+    EventStore,
+    FilePart,
+    LLMCall,
+    Message,
+    PartRef,
+    Prune,
+    ReasoningPart,
+    TextPart,
+    ToolCallPart,
+    Usage,
+    decode_tool_output,
+)
+from eventstore.codec import encode_event
+from eventstore.importers import (
+    EXPORT_FORMAT,
+    ImportFormatError,
+    detect_format,
+    export_jsonl,
+    import_file,
+    import_jsonl,
+    load_transcripts,
+)
+from eventstore.interop import to_openai
+
+SWE = corpus_files("swe-agent/**/*.traj")
+OH_LISTS = corpus_files("openhands/**/*.json")
+OH_RUNS = corpus_files("openhands/**/*.jsonl")
+MINI = corpus_files("mini-swe-agent/**/*.traj.json")
+ALL = SWE + OH_LISTS + OH_RUNS + MINI
+needs_corpus = pytest.mark.skipif(not ALL, reason="trajectory corpus not present")
+
+
+def _id(p: Path) -> str:
+    return f"{p.parent.name[-24:]}/{p.name}"
+
+
+def _events(store: EventStore, session_id: str) -> list[Any]:
+    return list(store.read(session_id))
+
+
+def _assert_tool_pairs(store: EventStore, session_id: str) -> None:
+    """Every result answers an earlier call; the view pairs every call with a result."""
+    calls: set[str] = set()
+    for stored in store.read(session_id, kinds=["message"]):
+        msg = stored.event
+        calls.update(c.id for c in msg.tool_calls)
+        for res in msg.tool_results:
+            assert res.tool_call_id in calls, f"seq {stored.seq}: result before its call"
+    rendered = store.view(session_id).to_messages()
+    answered = {m["tool_call_id"] for m in rendered if m["role"] == "tool"}
+    for m in rendered:
+        for c in m.get("tool_calls") or []:
+            assert c["id"] in answered
+
+
+# --------------------------------------------------------------------------- detection
+
+
+@needs_corpus
+def test_detect_format_on_the_corpus() -> None:
+    assert {detect_format(p) for p in SWE} == {"swe-agent"}
+    assert {detect_format(p) for p in OH_LISTS + OH_RUNS} == {"openhands"}
+    assert {detect_format(p) for p in MINI} == {"openai"}
+
+
+# --------------------------------------------------------------------------- SWE-agent
+
+
+@pytest.mark.skipif(not SWE, reason="trajectory corpus not present")
+@pytest.mark.parametrize("path", SWE, ids=_id)
+def test_swe_agent_import(store: EventStore, path: Path) -> None:
+    data = json.loads(path.read_text())
+    history = data["history"]
+    (session,) = import_file(store, path)
+    assert session.head_seq == len(history)  # one tool call id per tool message here
+    assert session.title and session.title.startswith(path.stem)
+    assert session.metadata["import"]["format"] == "swe-agent"
+    if "info" in data:
+        assert session.metadata["info"]["exit_status"] == data["info"]["exit_status"]
+    stored = _events(store, session.id)
+    for raw, ev in zip(history, stored, strict=True):
+        msg = ev.event
+        assert msg.role == raw["role"]
+        for key in ("agent", "message_type", "thought", "action"):
+            if key in raw:
+                assert msg.extra[key] == raw[key]
+        if raw["role"] == "tool":
+            assert msg.tool_results[0].tool_call_id == raw["tool_call_ids"][0]
+            assert msg.tool_results[0].output == raw["content"]
+            # Imported tool messages carry a standard tool_call_id for providers.
+            assert to_openai(msg)[0]["tool_call_id"] == raw["tool_call_ids"][0]
+        elif raw.get("tool_calls"):
+            assert [(c.id, c.arguments) for c in msg.tool_calls] == [
+                (c["id"], c["function"]["arguments"]) for c in raw["tool_calls"]
+            ]
+        else:
+            assert msg.text == raw["content"]
+            assert not msg.tool_calls
+    _assert_tool_pairs(store, session.id)
+    assert store.verify(session.id).ok
+
+
+def test_swe_agent_tool_message_with_several_ids(store: EventStore, tmp_path: Path) -> None:
+    call = lambda i: {"id": i, "type": "function", "function": {"name": "f", "arguments": "{}"}}  # noqa: E731
+    traj = {
+        "environment": "main",
+        "info": {"exit_status": "submitted"},
+        "history": [
+            {"role": "user", "content": "go", "agent": "main"},
+            {"role": "assistant", "content": "", "tool_calls": [call("a"), call("b")]},
+            {"role": "tool", "content": "both", "tool_call_ids": ["a", "b"], "agent": "main"},
+        ],
+    }
+    p = tmp_path / "run.traj"
+    p.write_text(json.dumps(traj))
+    (s,) = import_file(store, p)
+    msgs = [e.event for e in _events(store, s.id)]
+    assert [m.role for m in msgs] == ["user", "assistant", "tool", "tool"]
+    assert [m.tool_results[0].tool_call_id for m in msgs[2:]] == ["a", "b"]
+    assert s.title == "run (main)"
+    assert s.metadata["info"] == {"exit_status": "submitted"}
+
+
+# --------------------------------------------------------------------------- OpenHands
+
+
+def _raw_kept(store: EventStore, session_id: str) -> list[dict[str, Any]]:
+    kept: list[dict[str, Any]] = []
+    for stored in store.read(session_id):
+        ev = stored.event
+        if isinstance(ev, Custom):
+            kept.append(ev.data)
+        else:
+            kept.extend(ev.provider_metadata["openhands"])
+    return kept
+
+
+def _canon(items: list[dict[str, Any]]) -> Counter[str]:
+    return Counter(json.dumps(i, sort_keys=True) for i in items)
+
+
+@pytest.mark.skipif(not OH_LISTS, reason="trajectory corpus not present")
+@pytest.mark.parametrize("path", OH_LISTS, ids=_id)
+def test_openhands_event_stream_import(store: EventStore, path: Path) -> None:
+    raw = json.loads(path.read_text())
+    (session,) = import_file(store, path)
+    assert session.metadata["import"]["format"] == "openhands"
+    # Nothing is lost: every source event is kept, as a message's metadata or a Custom.
+    assert _canon(_raw_kept(store, session.id)) == _canon(raw)
+    stored = _events(store, session.id)
+    by_id = {e["id"]: e for e in raw}
+    for ev in stored:
+        evt = ev.event
+        src = evt.data if isinstance(evt, Custom) else evt.provider_metadata["openhands"][0]
+        # Timestamps come from the source (naive UTC).
+        assert evt.created_at == datetime.fromisoformat(src["timestamp"]).replace(tzinfo=UTC)
+        if isinstance(evt, Custom):
+            assert evt.name == f"openhands.{src.get('action') or src.get('observation')}"
+            continue
+        if evt.role == "assistant" and evt.tool_calls:
+            tcm = src["tool_call_metadata"]
+            call = evt.tool_calls[0]
+            assert (call.id, call.name) == (tcm["tool_call_id"], tcm["function_name"])
+            raw_calls = tcm["model_response"]["choices"][0]["message"]["tool_calls"]
+            assert call.arguments == next(
+                c["function"]["arguments"] for c in raw_calls if c["id"] == call.id
+            )
+        if evt.role == "tool":
+            res = evt.tool_results[0]
+            assert res.output == src["content"]
+            action = by_id[src["cause"]]
+            assert res.tool_call_id == action["tool_call_metadata"]["tool_call_id"]
+            assert res.is_error == (src["observation"] == "error")
+        if evt.role == "user":
+            assert src["source"] == "user" and evt.text == src["args"]["content"]
+    _assert_tool_pairs(store, session.id)
+    # A finish call has no observation: the view shows it as interrupted, not dropped.
+    finishes = [e for e in raw if e.get("action") == "finish" and "tool_call_metadata" in e]
+    rendered = store.view(session.id).to_messages()
+    for f in finishes:
+        call_id = f["tool_call_metadata"]["tool_call_id"]
+        (res,) = [m for m in rendered if m.get("tool_call_id") == call_id]
+        assert "interrupted" in res["content"]
+
+
+@pytest.mark.skipif(not OH_RUNS, reason="trajectory corpus not present")
+@pytest.mark.parametrize("path", OH_RUNS, ids=_id)
+def test_openhands_resolver_output_one_session_per_run(store: EventStore, path: Path) -> None:
+    runs = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    calls: list[tuple[int, int]] = []
+    sessions = import_file(store, path, progress=lambda d, t: calls.append((d, t)))
+    assert len(sessions) == len(runs)
+    total = sum(len(r["history"]) for r in runs)
+    assert calls[0] == (0, total) and calls[-1] == (total, total)
+    for run, s in zip(runs, sessions, strict=True):
+        assert s.head_seq == len(run["history"])
+        assert str(run["issue"]["number"]) in s.title and run["issue"]["title"] in s.title
+        assert s.metadata["git_patch"] == run["git_patch"]
+        assert s.metadata["success"] == run["success"]
+        assert _canon(_raw_kept(store, s.id)) == _canon(run["history"])
+        msgs = [e.event for e in _events(store, s.id)]
+        assert msgs[0].role == "user" and msgs[0].text == run["history"][0]["content"]
+        n_calls = sum(len(m.tool_calls) for m in msgs if isinstance(m, Message))
+        n_obs = sum(1 for e in run["history"] if "observation" in e)
+        n_results = sum(len(m.tool_results) for m in msgs if isinstance(m, Message))
+        assert n_results == n_obs and n_calls >= n_obs
+        _assert_tool_pairs(store, s.id)
+
+
+def test_openhands_parallel_calls_share_one_assistant_message(
+    store: EventStore, tmp_path: Path
+) -> None:
+    response = {
+        "id": "resp-1",
+        "model": "m",
+        "choices": [
+            {
+                "message": {
+                    "content": "two things",
+                    "tool_calls": [
+                        {
+                            "id": "t1",
+                            "type": "function",
+                            "function": {"name": "a", "arguments": '{"x": 1}'},
+                        },
+                        {
+                            "id": "t2",
+                            "type": "function",
+                            "function": {"name": "b", "arguments": "{}"},
+                        },
+                    ],
+                }
+            }
+        ],
+    }
+
+    def action(i: int, call: str, fn: str) -> dict[str, Any]:
+        tcm = {"function_name": fn, "tool_call_id": call, "model_response": response}
+        return {
+            "id": i,
+            "timestamp": f"2025-01-01T00:00:0{i}",
+            "source": "agent",
+            "action": "run",
+            "args": {"command": "x", "thought": "two things"},
+            "tool_call_metadata": tcm,
+        }
+
+    def obs(i: int, cause: int, kind: str = "run") -> dict[str, Any]:
+        return {
+            "id": i,
+            "timestamp": f"2025-01-01T00:00:0{i}",
+            "source": "agent",
+            "observation": kind,
+            "cause": cause,
+            "content": f"out{i}",
+            "extras": {},
+        }
+
+    events = [
+        {
+            "id": 0,
+            "timestamp": "2025-01-01T00:00:00",
+            "source": "user",
+            "action": "message",
+            "args": {"content": "hi", "image_urls": ["https://x/i.png"]},
+        },
+        action(1, "t1", "a"),
+        action(2, "t2", "b"),
+        obs(3, 1),
+        obs(4, 2, "error"),
+    ]
+    p = tmp_path / "events.json"
+    p.write_text(json.dumps(events))
+    (s,) = import_file(store, p)
+    msgs = [e.event for e in _events(store, s.id)]
+    assert [m.role for m in msgs] == ["user", "assistant", "tool", "tool"]
+    assert msgs[0].parts[1] == FilePart(uri="https://x/i.png", media_type="image/*")
+    assert [(c.id, c.arguments) for c in msgs[1].tool_calls] == [("t1", '{"x": 1}'), ("t2", "{}")]
+    assert msgs[1].text == "two things" and msgs[1].model == "m"
+    assert msgs[3].tool_results[0].is_error and not msgs[2].tool_results[0].is_error
+
+
+# --------------------------------------------------------------------------- OpenAI / mini
+
+
+@pytest.mark.skipif(not MINI, reason="trajectory corpus not present")
+@pytest.mark.parametrize("path", MINI, ids=_id)
+def test_mini_swe_agent_is_an_openai_transcript(store: EventStore, path: Path) -> None:
+    raw = json.loads(path.read_text())
+    (s,) = import_file(store, path)
+    assert s.head_seq == len(raw)
+    rendered = [d for e in _events(store, s.id) for d in to_openai(e.event)]
+    assert rendered == raw
+    assert store.view(s.id).to_messages() == raw
+
+
+@pytest.mark.parametrize("shape", ["list", "jsonl", "object"])
+def test_openai_transcript_shapes(store: EventStore, tmp_path: Path, shape: str) -> None:
+    msgs = [
+        {"role": "system", "content": "s"},
+        {"role": "user", "content": [{"type": "text", "text": "u"}]},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+            ],
+        },
+        {"role": "tool", "tool_call_id": "c", "content": "r"},
+        {"role": "assistant", "content": "done", "refusal": None},
+    ]
+    p = tmp_path / f"chat.{shape}"
+    if shape == "list":
+        p.write_text(json.dumps(msgs, indent=2))
+    elif shape == "jsonl":
+        p.write_text("\n".join(json.dumps(m) for m in msgs) + "\n")
+    else:
+        p.write_text(json.dumps({"title": "my chat", "model": "gpt-4o", "messages": msgs}))
+    assert detect_format(p) == "openai"
+    (s,) = import_file(store, p)
+    assert [d for e in _events(store, s.id) for d in to_openai(e.event)] == msgs
+    if shape == "object":
+        assert s.title == "my chat" and s.metadata["model"] == "gpt-4o"
+
+
+# --------------------------------------------------------------------------- export/import
+
+
+def _rich_session(store: EventStore) -> str:
+    s = store.create_session(title="rich", metadata={"k": [1, "two"]}, user_id="u1")
+    t0 = datetime(2025, 3, 1, 12, 0, 0, 123456, tzinfo=UTC)
+    ts = iter(t0 + timedelta(seconds=i) for i in range(100))
+    call = ToolCallPart(id="c1", name="bash", arguments='{"cmd":  "ls"}')
+    batch1: list[Any] = [
+        Message.system("sys \x00 nul"),
+        Message.user("fix it ✓"),
+        Message(
+            role="assistant",
+            parts=[ReasoningPart(text="hmm", signature="s"), TextPart(text="ok"), call],
+            model="gpt-4o",
+            extra={"refusal": None},
+        ),
+        Message.tool("c1", decode_tool_output(b"bad \xff\xfe bytes\n" * 50), name="bash"),
+        Message(
+            role="user",
+            parts=[FilePart(data=b"\x89PNG\x00", media_type="image/png")],
+            content_list=True,
+        ),
+        Custom(name="app.note", data={"a": [1, None, "x"]}),
+    ]
+    for e in batch1:
+        e.created_at = next(ts)
+    store.append(s.id, batch1)
+    store.append(
+        s.id, [Prune(targets=[PartRef(seq=4, index=0)], strategy="test", created_at=next(ts))]
+    )
+    store.append(
+        s.id,
+        [
+            Condensation(
+                forgotten_from=3,
+                forgotten_to=5,
+                summary="earlier work",
+                pinned=[1, 2],
+                condenser="test",
+                created_at=next(ts),
+            ),
+        ],
+    )
+    fp = store.view(s.id).fingerprint()
+    store.append(
+        s.id,
+        [
+            LLMCall(model="gpt-4o", view_seq=8, fingerprint=fp, usage=Usage(prompt_tokens=5)),
+            Message.assistant("after"),
+        ],
+    )
+    assert store.verify(s.id).ok
+    return s.id
+
+
+def _same_events(a: EventStore, sa: str, b: EventStore, sb: str) -> None:
+    ea, eb = _events(a, sa), _events(b, sb)
+    assert len(ea) == len(eb) > 0
+    for x, y in zip(ea, eb, strict=True):
+        assert (x.seq, x.id, x.kind, x.created_at, x.hash) == (
+            y.seq,
+            y.id,
+            y.kind,
+            y.created_at,
+            y.hash,
+        )
+        assert x.event == y.event
+        assert encode_event(x.event) == encode_event(y.event)
+
+
+def test_export_import_round_trip_is_exact(store: EventStore, tmp_path: Path) -> None:
+    src = EventStore(f"sqlite:///{tmp_path / 'src.db'}")
+    sid = _rich_session(src)
+    buf = io.StringIO()
+    assert export_jsonl(src, sid, buf) == 10
+    text = buf.getvalue()
+    header = json.loads(text.splitlines()[0])
+    assert header["format"] == EXPORT_FORMAT and header["session"]["id"] == sid
+
+    imported = import_jsonl(store, io.StringIO(text))
+    assert imported.id != sid
+    assert (imported.title, imported.metadata, imported.user_id) == (
+        "rich",
+        {"k": [1, "two"]},
+        "u1",
+    )
+    _same_events(src, sid, store, imported.id)
+    assert store.verify(imported.id).ok
+    assert store.view(imported.id).to_messages() == src.view(sid).to_messages()
+    for seq in (4, 7, 8, 10):
+        assert (
+            store.view(imported.id, as_of=seq).to_messages()
+            == src.view(sid, as_of=seq).to_messages()
+        )
+
+    # And back again, from this backend into a new SQLite file, via a file and import_file.
+    path = tmp_path / "again.jsonl"
+    with path.open("w", encoding="utf-8") as fp:
+        export_jsonl(store, imported.id, fp)
+    dest = EventStore(f"sqlite:///{tmp_path / 'dest.db'}")
+    (again,) = import_file(dest, path)
+    _same_events(store, imported.id, dest, again.id)
+    dest.close()
+    src.close()
+
+
+def test_import_into_the_source_database_needs_new_ids(store: EventStore, tmp_path: Path) -> None:
+    sid = _rich_session(store)
+    path = tmp_path / "x.jsonl"
+    with path.open("w", encoding="utf-8") as fp:
+        export_jsonl(store, sid, fp)
+    before = len(store.list_sessions(limit=None))
+    fresh = store.with_tenant(f"t-{uuid.uuid4().hex}")
+    with pytest.raises(ImportFormatError, match="already exists.*new_ids=True"):
+        import_file(fresh, path)
+    assert len(store.list_sessions(limit=None)) == before and fresh.list_sessions() == []
+    (copy,) = import_file(fresh, path, new_ids=True)
+    a, b = _events(store, sid), _events(fresh, copy.id)
+    assert [(x.seq, x.kind, x.created_at) for x in a] == [(y.seq, y.kind, y.created_at) for y in b]
+    assert all(x.id != y.id and x.hash != y.hash for x, y in zip(a, b, strict=True))
+    assert [encode_event(x.event) for x in a] == [encode_event(y.event) for y in b]
+    assert fresh.verify(copy.id, fingerprints=True).ok
+    assert fresh.view(copy.id).to_messages() == store.view(sid).to_messages()
+
+
+def test_export_of_a_fork_imports_flat_with_the_same_hashes(
+    store: EventStore, tmp_path: Path
+) -> None:
+    src = EventStore(f"sqlite:///{tmp_path / 'src.db'}")
+    sid = _rich_session(src)
+    fork = src.fork(sid, 6, title="fork")
+    src.append(fork.id, [Message.user("on the fork")])
+    buf = io.StringIO()
+    export_jsonl(src, fork.id, buf)
+    flat_id = "flat-" + uuid.uuid4().hex[:8]
+    flat = import_jsonl(store, io.StringIO(buf.getvalue()), session_id=flat_id)
+    assert flat.id == flat_id and flat.parent_id is None and flat.head_seq == 7
+    _same_events(src, fork.id, store, flat.id)
+    assert store.view(flat.id).to_messages() == src.view(fork.id).to_messages()
+    src.close()
+
+
+@needs_corpus
+def test_corpus_export_import_round_trip(store: EventStore, tmp_path: Path) -> None:
+    src = EventStore(f"sqlite:///{tmp_path / 'src.db'}")
+    for path in ALL:
+        for s in import_file(src, path):
+            buf = io.StringIO()
+            export_jsonl(src, s.id, buf)
+            back = import_jsonl(store, io.StringIO(buf.getvalue()))
+            _same_events(src, s.id, store, back.id)
+            assert store.view(back.id).to_messages() == src.view(s.id).to_messages()
+    src.close()
+
+
+def test_import_appends_in_batches_with_progress(store: EventStore, tmp_path: Path) -> None:
+    src = EventStore(f"sqlite:///{tmp_path / 'src.db'}")
+    s = src.create_session()
+    src.append(s.id, [Message.user(f"m{i}") for i in range(23)])
+    buf = io.StringIO()
+    export_jsonl(src, s.id, buf)
+    seen: list[tuple[int, int]] = []
+    back = import_jsonl(
+        store, io.StringIO(buf.getvalue()), batch_size=5, progress=lambda d, t: seen.append((d, t))
+    )
+    assert seen == [(0, 23), (5, 23), (10, 23), (15, 23), (20, 23), (23, 23)]
+    _same_events(src, s.id, store, back.id)
+    src.close()
+
+
+# --------------------------------------------------------------------------- bad input
+
+
+def _no_new_sessions(store: EventStore, before: int) -> None:
+    assert len(store.list_sessions(limit=None)) == before
+
+
+def _export_text(store: EventStore) -> str:
+    s = store.create_session(title="src")
+    store.append(s.id, [Message.user(f"m{i}") for i in range(6)])
+    buf = io.StringIO()
+    export_jsonl(store, s.id, buf)
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize(
+    "name, content, pattern",
+    [
+        (
+            "trunc.json",
+            '[\n  {"role": "user",\n   "content": "hi"},\n  {"role": "assi',
+            r"trunc\.json:4",
+        ),
+        ("one.json", '{"history": [{"role": "user", "content": "x"}', r"one\.json:1"),
+        (
+            "mid.jsonl",
+            '{"role":"user","content":"a"}\n{"role":"user","content":"b"}\n'
+            '{"role": "user", "content": \n{"role":"user","content":"d"}\n',
+            r"mid\.jsonl:3",
+        ),
+        (
+            "types.json",
+            json.dumps([{"role": "user", "content": "a"}, {"role": 5}]),
+            r"message 1.*role",
+        ),
+        ("notlist.json", json.dumps({"messages": "nope"}), r"notlist\.json.*messages"),
+        ("scalar.json", "42", r"scalar\.json"),
+        ("empty.json", "  \n", r"empty\.json.*empty"),
+        (
+            "swe.traj",
+            json.dumps(
+                {"history": [{"role": "user", "content": "a"}, {"role": "tool", "content": "x"}]}
+            ),
+            r"swe\.traj: history\[1\].*tool_call",
+        ),
+        (
+            "oh.json",
+            json.dumps(
+                [
+                    {"id": 0, "action": "message", "source": "user", "args": {"content": "a"}},
+                    {"id": 1, "action": "run", "timestamp": 17},
+                ]
+            ),
+            r"oh\.json: history\[1\].*timestamp",
+        ),
+        (
+            "ohruns.jsonl",
+            json.dumps({"history": []}) + "\n" + json.dumps({"history": 3}) + "\n",
+            r"ohruns\.jsonl:2",
+        ),
+        (
+            "ohcontent.json",
+            json.dumps(
+                [
+                    {
+                        "id": 1,
+                        "action": "run",
+                        "args": {"command": "ls"},
+                        "tool_call_metadata": {"tool_call_id": "c", "function_name": "bash"},
+                    },
+                    {"id": 2, "observation": "run", "cause": 1, "content": ["not", "text"]},
+                ]
+            ),
+            r"ohcontent\.json: history\[1\].*content",
+        ),
+    ],
+)
+def test_malformed_files_name_the_place_and_write_nothing(
+    store: EventStore, tmp_path: Path, name: str, content: str, pattern: str
+) -> None:
+    before = len(store.list_sessions(limit=None))
+    p = tmp_path / name
+    p.write_text(content)
+    with pytest.raises(ImportFormatError, match=pattern):
+        import_file(store, p)
+    _no_new_sessions(store, before)
+
+
+def test_malformed_export_lines_write_nothing(store: EventStore, tmp_path: Path) -> None:
+    text = _export_text(store)
+    before = len(store.list_sessions(limit=None))
+    lines = text.splitlines()
+
+    def attempt(new_lines: list[str], pattern: str) -> None:
+        p = tmp_path / "bad.jsonl"
+        p.write_text("\n".join(new_lines) + "\n")
+        with pytest.raises(ImportFormatError, match=pattern):
+            import_file(store, p)
+        with p.open() as fp, pytest.raises(ImportFormatError, match=pattern):
+            import_jsonl(store, fp)
+        _no_new_sessions(store, before)
+
+    attempt(lines[:4] + ['{"seq": 4, "id": '] + lines[5:], r"bad\.jsonl:5")  # broken JSON
+    tampered = json.loads(lines[3])
+    tampered["payload"]["parts"][0]["text"] = "edited"
+    attempt(lines[:3] + [json.dumps(tampered)] + lines[4:], r"bad\.jsonl:4.*hash mismatch")
+    attempt(lines[:3] + lines[4:], r"bad\.jsonl:4.*seq: expected 3")  # a gap
+    wrong = json.loads(lines[2])
+    wrong["payload"]["role"] = "robot"
+    attempt(lines[:2] + [json.dumps(wrong)] + lines[3:], r"bad\.jsonl:3.*payload")
+    no_hash = json.loads(lines[6])
+    del no_hash["hash"]
+    attempt(lines[:6] + [json.dumps(no_hash)], r"bad\.jsonl:7.*hash")
+    attempt(['{"format": "other"}'] + lines[1:], r"bad\.jsonl")
+
+
+def test_oversized_event_is_rejected_before_anything_is_written(tmp_path: Path) -> None:
+    small = EventStore(f"sqlite:///{tmp_path / 's.db'}", max_event_bytes=2000)
+    p = tmp_path / "big.json"
+    p.write_text(
+        json.dumps([{"role": "user", "content": "a"}, {"role": "user", "content": "x" * 5000}])
+    )
+    with pytest.raises(ImportFormatError, match="event 2 is .* bytes"):
+        import_file(small, p)
+    assert small.list_sessions(limit=None) == []
+    small.close()
+
+
+def test_load_transcripts_does_not_touch_a_store(tmp_path: Path) -> None:
+    p = tmp_path / "c.json"
+    p.write_text(json.dumps([{"role": "user", "content": "a"}]))
+    (t,) = load_transcripts(p)
+    assert [type(e).__name__ for e in t.events] == ["Message"] and t.title == "c.json"
+    assert t.metadata["import"] == {"format": "openai", "file": "c.json"}
