@@ -37,14 +37,16 @@ from typing import IO, Any, Literal
 from pydantic import ValidationError
 
 from .codec import chain_hash, encode_event, new_id
-from .errors import InvalidEventError
+from .errors import EventStoreError, InvalidEventError
 from .events import (
     EVENT_ADAPTER,
+    Condensation,
     Custom,
     Event,
     FilePart,
     Message,
     Part,
+    Prune,
     TextPart,
     ToolCallPart,
     ToolResultPart,
@@ -664,6 +666,7 @@ def import_transcripts(
     """
     for t in transcripts:
         _check_sizes(store, t)
+        _check_refs(t)
         if t.hashes is not None:
             _check_ids_free(store, t)
     total = sum(len(t.events) for t in transcripts)
@@ -678,7 +681,16 @@ def import_transcripts(
         )
         head = 0
         for batch in _batches(t.events, batch_size):
-            head = store.append_result(s.id, batch, expected_seq=head).head_seq
+            try:
+                head = store.append_result(s.id, batch, expected_seq=head).head_seq
+            except EventStoreError as exc:
+                # Everything was validated up front, so this is the database failing (or a
+                # concurrent writer); say exactly what is in the store now.
+                raise ImportFormatError(
+                    f"{t.title or 'import'}: appending events {head + 1}..{head + len(batch)} "
+                    f"failed ({exc}); session {s.id} holds the first {head} of "
+                    f"{len(t.events)} events"
+                ) from exc
             done += len(batch)
             if progress:
                 progress(done, total)
@@ -696,6 +708,30 @@ def _check_sizes(store: EventStore, t: Transcript) -> None:
                 f"{t.title or 'transcript'}: event {i + 1} is {size} bytes, over the store's "
                 f"limit of {store.max_event_bytes} (open the store with max_event_bytes=N)"
             )
+
+
+def _check_refs(t: Transcript) -> None:
+    """Condensation ranges and prune targets must point back into the same transcript."""
+    results: set[tuple[int, int]] = set()
+    for seq, evt in enumerate(t.events, start=1):
+        where = f"{t.title or 'import'}: event {seq}"
+        if isinstance(evt, Message):
+            results.update(
+                (seq, i) for i, p in enumerate(evt.parts) if isinstance(p, ToolResultPart)
+            )
+        elif isinstance(evt, Condensation):
+            if not 1 <= evt.forgotten_from <= evt.forgotten_to + 1 or evt.forgotten_to >= seq:
+                raise ImportFormatError(
+                    f"{where}: condensation range {evt.forgotten_from}..{evt.forgotten_to} "
+                    "does not lie before it"
+                )
+        elif isinstance(evt, Prune):
+            for ref in evt.targets:
+                if (ref.seq, ref.index) not in results:
+                    raise ImportFormatError(
+                        f"{where}: prune target seq {ref.seq} part {ref.index} is not an "
+                        "earlier tool result"
+                    )
 
 
 def _check_ids_free(store: EventStore, t: Transcript) -> None:

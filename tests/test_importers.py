@@ -32,10 +32,12 @@ from eventstore.codec import encode_event
 from eventstore.importers import (
     EXPORT_FORMAT,
     ImportFormatError,
+    Transcript,
     detect_format,
     export_jsonl,
     import_file,
     import_jsonl,
+    import_transcripts,
     load_transcripts,
 )
 from eventstore.interop import to_openai
@@ -646,3 +648,16 @@ def test_load_transcripts_does_not_touch_a_store(tmp_path: Path) -> None:
     (t,) = load_transcripts(p)
     assert [type(e).__name__ for e in t.events] == ["Message"] and t.title == "c.json"
     assert t.metadata["import"] == {"format": "openai", "file": "c.json"}
+
+
+def test_bad_references_are_refused_before_any_session(store: EventStore) -> None:
+    before = len(store.list_sessions(limit=None))
+    prune = Transcript(
+        events=[Message.user("a"), Prune(targets=[PartRef(seq=1, index=0)])], title="p"
+    )
+    with pytest.raises(ImportFormatError, match="p: event 2: prune target seq 1 part 0"):
+        import_transcripts(store, [Transcript(events=[Message.user("ok")]), prune])
+    cond = Transcript(events=[Message.user("a"), Condensation(forgotten_from=1, forgotten_to=2)])
+    with pytest.raises(ImportFormatError, match="condensation range 1..2"):
+        import_transcripts(store, [cond])
+    _no_new_sessions(store, before)
