@@ -1,0 +1,185 @@
+"""The event and part models on their own: parsing, serialization, validation."""
+
+from __future__ import annotations
+
+import base64
+import json
+from datetime import UTC, datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from eventstore import (
+    Condensation,
+    CondensationRequest,
+    Custom,
+    FilePart,
+    LLMCall,
+    Message,
+    PartRef,
+    Prune,
+    ReasoningPart,
+    TextPart,
+    ToolCallPart,
+    ToolResultPart,
+    Usage,
+    decode_tool_output,
+)
+from eventstore.codec import canonical_json, decode_event, encode_event
+from eventstore.events import EVENT_ADAPTER, PART_ADAPTER
+
+EVENT_DICTS: dict[str, tuple[dict[str, Any], type]] = {
+    "message": (
+        {"kind": "message", "role": "user", "parts": [{"type": "text", "text": "hi"}]},
+        Message,
+    ),
+    "condensation": (
+        {"kind": "condensation", "forgotten_from": 2, "forgotten_to": 5, "summary": "s"},
+        Condensation,
+    ),
+    "condensation_request": (
+        {"kind": "condensation_request", "focus": "auth bug", "requested_by": "user"},
+        CondensationRequest,
+    ),
+    "prune": ({"kind": "prune", "targets": [{"seq": 3, "index": 0}]}, Prune),
+    "llm_call": (
+        {"kind": "llm_call", "model": "gpt-4o", "view_seq": 7, "fingerprint": "ab" * 32},
+        LLMCall,
+    ),
+    "custom": ({"kind": "custom", "name": "checkpoint", "data": {"x": [1, None]}}, Custom),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(EVENT_DICTS))
+def test_event_union_parses_every_kind(kind: str) -> None:
+    raw, cls = EVENT_DICTS[kind]
+    evt = EVENT_ADAPTER.validate_python(raw)
+    assert type(evt) is cls
+    assert evt.kind == kind
+    # JSON in, same model out; and the stored payload decodes back to an equal model.
+    assert EVENT_ADAPTER.validate_json(json.dumps(raw)) == evt
+    when = datetime(2024, 5, 6, 7, 8, 9, 123456, tzinfo=UTC)
+    back = decode_event(kind, encode_event(evt), "id-1", when)
+    assert type(back) is cls
+    assert back.model_dump(exclude={"id", "created_at"}) == evt.model_dump(
+        exclude={"id", "created_at"}
+    )
+    assert (back.id, back.created_at) == ("id-1", when)
+
+
+def test_every_kind_is_covered() -> None:
+    from typing import get_args
+
+    from eventstore.events import EventKind
+
+    assert set(get_args(EventKind)) == set(EVENT_DICTS)
+
+
+@pytest.mark.parametrize(
+    ("raw", "cls"),
+    [
+        ({"type": "text", "text": "t"}, TextPart),
+        ({"type": "reasoning", "text": "r", "signature": "sig"}, ReasoningPart),
+        ({"type": "tool_call", "id": "c1", "name": "sh", "arguments": '{"a":1}'}, ToolCallPart),
+        ({"type": "tool_result", "tool_call_id": "c1", "output": "o"}, ToolResultPart),
+        ({"type": "file", "media_type": "image/png", "uri": "https://x/y.png"}, FilePart),
+    ],
+)
+def test_part_union_parses_every_type(raw: dict[str, Any], cls: type) -> None:
+    part = PART_ADAPTER.validate_python(raw)
+    assert type(part) is cls
+    dumped = PART_ADAPTER.dump_python(part, mode="json", exclude_none=True)
+    assert {k: dumped[k] for k in raw} == raw
+    assert PART_ADAPTER.validate_python(dumped) == part
+
+
+def test_unknown_discriminators_are_rejected() -> None:
+    with pytest.raises(ValidationError):
+        EVENT_ADAPTER.validate_python({"kind": "telepathy"})
+    with pytest.raises(ValidationError):
+        PART_ADAPTER.validate_python({"type": "hologram"})
+    with pytest.raises(ValidationError, match="role"):
+        EVENT_ADAPTER.validate_python({"kind": "message", "role": "narrator"})
+    with pytest.raises(ValidationError, match="extra"):
+        EVENT_ADAPTER.validate_python({"kind": "message", "role": "user", "colour": "red"})
+
+
+def test_file_part_bytes_roundtrip_as_base64() -> None:
+    data = bytes(range(256)) * 3
+    part = FilePart(media_type="application/octet-stream", name="blob.bin", data=data)
+    as_json = PART_ADAPTER.dump_python(part, mode="json")
+    assert as_json["data"] == base64.b64encode(data).decode("ascii")
+    assert PART_ADAPTER.validate_python(as_json).data == data  # type: ignore[union-attr]
+    msg = Message(role="user", parts=[TextPart(text="see"), part])
+    back = decode_event("message", encode_event(msg), "i", datetime.now(UTC))
+    assert back.parts[1].data == data  # type: ignore[union-attr]
+    with pytest.raises(ValidationError):
+        FilePart(data="not base64!!")  # type: ignore[arg-type]
+
+
+def test_created_at_must_be_timezone_aware() -> None:
+    with pytest.raises(ValidationError, match="timezone-aware"):
+        Message(role="user", created_at=datetime(2024, 1, 1))
+    with pytest.raises(ValidationError, match="timezone-aware"):
+        EVENT_ADAPTER.validate_python(
+            {"kind": "custom", "name": "x", "created_at": "2024-01-01T00:00:00"}
+        )
+    plus_two = timezone(timedelta(hours=2))
+    m = Message(role="user", created_at=datetime(2024, 1, 1, 12, tzinfo=plus_two))
+    assert m.created_at == datetime(2024, 1, 1, 10, tzinfo=UTC)
+    assert m.created_at.utcoffset() == timedelta(0)  # type: ignore[union-attr]
+    parsed = EVENT_ADAPTER.validate_python(
+        {"kind": "custom", "name": "x", "created_at": "2024-01-01T00:00:00+05:30"}
+    )
+    assert parsed.created_at == datetime(2023, 12, 31, 18, 30, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [None, 0, -1.5, True, "s\x00", [], {}, [1, "two", None, {"3": [4.0]}], {"a": {"b": {"c": []}}}],
+)
+def test_custom_data_is_any_json(data: Any) -> None:
+    c = Custom(name="x", data=data)
+    back = decode_event("custom", encode_event(c), "i", datetime.now(UTC))
+    assert back.data == data  # type: ignore[union-attr]
+    # ``type_name`` is accepted as an alias of ``name`` for older JSON.
+    assert EVENT_ADAPTER.validate_python({"kind": "custom", "type_name": "y"}).name == "y"
+
+
+def test_message_helpers() -> None:
+    call = ToolCallPart(id="c1", name="ls", arguments="{}")
+    a = Message.assistant("thinking", tool_calls=[call], model="m")
+    assert (a.role, a.text, a.tool_calls, a.model) == ("assistant", "thinking", [call], "m")
+    assert Message.assistant(tool_calls=[call]).parts == [call]
+    t = Message.tool("c1", "out", name="ls", is_error=True)
+    assert t.tool_results == [
+        ToolResultPart(tool_call_id="c1", output="out", name="ls", is_error=True)
+    ]
+    assert Message.system("s").role == "system"
+    assert Message.user("u").text == "u"
+
+
+def test_decode_tool_output_is_reversible() -> None:
+    raw = b"ok \xff\xfe \xe2\x82 \x00 \xf0\x9f\xa6\x80"
+    text = decode_tool_output(raw)
+    assert ToolResultPart(tool_call_id="c", output=text).output_bytes() == raw
+    payload = encode_event(Message.tool("c", text))
+    payload.encode("utf-8")  # storable: lone surrogates are escaped in the JSON text
+    back = decode_event("message", payload, "i", datetime.now(UTC))
+    assert back.parts[0].output_bytes() == raw  # type: ignore[union-attr]
+
+
+def test_canonical_json_is_deterministic() -> None:
+    a = canonical_json({"b": 1, "a": [1, 2], "ü": "\x00"})
+    b = canonical_json({"ü": "\x00", "a": [1, 2], "b": 1})
+    assert a == b == '{"a":[1,2],"b":1,"ü":"\\u0000"}'
+
+
+def test_usage_and_refs() -> None:
+    u = Usage(prompt_tokens=10, completion_tokens=2)
+    call = LLMCall(model="m", view_seq=1, fingerprint="f", usage=u)
+    assert EVENT_ADAPTER.validate_json(EVENT_ADAPTER.dump_json(call)) == call
+    assert Prune(targets=[PartRef(seq=1, index=2)]).targets[0].index == 2
+    with pytest.raises(ValidationError):
+        Prune(targets=[{"seq": "x", "index": 0}])  # type: ignore[list-item]
