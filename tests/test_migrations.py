@@ -1,0 +1,287 @@
+"""Migrations on real databases: up, down, up again; drift checks; schema guards on open."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import drop_pg_database, fresh_pg_database
+from sqlalchemy import create_engine, inspect, text
+from sqlalchemy.engine import Engine
+
+from eventstore import EventStore, Message, SchemaError
+from eventstore.migrate import check, current_revision, downgrade, script_location, upgrade
+from eventstore.schema import SCHEMA_REVISION, metadata
+
+ROOT = Path(__file__).resolve().parent.parent
+TABLES = {"sessions", "events", "parts", "fork_compactions"}
+SQLITE_TRIGGERS = {
+    "events_append_only_update",
+    "events_append_only_delete",
+    "parts_append_only_delete",
+    "parts_compact_once",
+    "fork_compactions_append_only_update",
+    "fork_compactions_append_only_delete",
+}
+PG_TRIGGERS = {
+    "events_append_only",
+    "events_no_truncate",
+    "parts_append_only_delete",
+    "parts_no_truncate",
+    "parts_compact_once",
+    "fork_compactions_append_only",
+}
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def empty_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """An empty database: a new SQLite file or a freshly created Postgres database."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'fresh.db'}"
+        return
+    url = fresh_pg_database()
+    try:
+        yield url
+    finally:
+        drop_pg_database(url)
+
+
+def _tables(engine: Engine) -> set[str]:
+    return set(inspect(engine).get_table_names()) - {"alembic_version"}
+
+
+def _triggers(engine: Engine) -> set[str]:
+    with engine.connect() as conn:
+        if engine.dialect.name == "sqlite":
+            rows = conn.execute(text("SELECT name FROM sqlite_master WHERE type = 'trigger'"))
+        else:
+            rows = conn.execute(text("SELECT tgname FROM pg_trigger WHERE NOT tgisinternal"))
+        return {r[0] for r in rows}
+
+
+def _expected_triggers(engine: Engine) -> set[str]:
+    return SQLITE_TRIGGERS if engine.dialect.name == "sqlite" else PG_TRIGGERS
+
+
+def test_schema_revision_is_the_migration_head() -> None:
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+
+    cfg = Config()
+    cfg.set_main_option("script_location", script_location())
+    heads = ScriptDirectory.from_config(cfg).get_heads()
+    assert heads == [SCHEMA_REVISION]
+
+
+def test_upgrade_downgrade_upgrade(empty_url: str) -> None:
+    engine = create_engine(empty_url)
+    try:
+        assert current_revision(engine) is None
+        upgrade(engine)
+        assert current_revision(engine) == SCHEMA_REVISION
+        assert _tables(engine) == TABLES
+        assert _triggers(engine) == _expected_triggers(engine)
+        assert check(engine) == []
+
+        downgrade(engine, "base")
+        assert current_revision(engine) is None
+        assert _tables(engine) == set()
+        assert _triggers(engine) == set()
+        if engine.dialect.name == "postgresql":
+            with engine.connect() as conn:
+                funcs = conn.execute(
+                    text("SELECT proname FROM pg_proc WHERE proname LIKE 'eventstore_%'")
+                ).all()
+            assert funcs == []
+
+        upgrade(engine)
+        assert current_revision(engine) == SCHEMA_REVISION
+        assert _tables(engine) == TABLES
+        assert _triggers(engine) == _expected_triggers(engine)
+        assert check(engine) == []
+    finally:
+        engine.dispose()
+    # The re-created guards work, and the store runs on the re-upgraded database.
+    with EventStore(empty_url, upgrade=False) as store:
+        s = store.create_session()
+        store.append(s.id, [Message.user("after up-down-up")])
+        with pytest.raises(Exception, match="append-only"):
+            with store.engine.begin() as conn:
+                conn.execute(text("DELETE FROM events"))
+        assert store.verify(s.id, fingerprints=False).ok
+
+
+def test_check_reports_drift(empty_url: str) -> None:
+    engine = create_engine(empty_url)
+    try:
+        upgrade(engine)
+        with engine.begin() as conn:
+            conn.execute(text("CREATE TABLE stray (x INTEGER)"))
+        diffs = check(engine)
+        assert any(d[0] == "remove_table" and d[1].name == "stray" for d in diffs), diffs
+    finally:
+        engine.dispose()
+
+
+def test_metadata_matches_the_tables_a_migration_creates() -> None:
+    assert set(metadata.tables) == TABLES
+
+
+def test_postgres_without_schema_refuses_to_open() -> None:
+    url = fresh_pg_database()
+    try:
+        for kwargs in ({"upgrade": False}, {}):
+            with pytest.raises(SchemaError) as info:
+                EventStore(url, **kwargs)  # type: ignore[arg-type]
+            msg = str(info.value)
+            assert "eventstore db upgrade" in msg
+            assert "empty" in msg
+        engine = create_engine(url)
+        assert _tables(engine) == set()  # refusing did not create anything
+        engine.dispose()
+        with EventStore(url, upgrade=True) as store:
+            assert store.list_sessions() == []
+    finally:
+        drop_pg_database(url)
+
+
+def test_sqlite_upgrades_on_open_by_default(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'auto.db'}"
+    with EventStore(url) as store:
+        assert _tables(store.engine) == TABLES
+        assert current_revision(store.engine) == SCHEMA_REVISION
+        s = store.create_session()
+        store.append(s.id, [Message.user("x")])
+    with EventStore(url) as again:  # reopening an up-to-date database is a no-op
+        assert again.head(s.id) == 1
+    with pytest.raises(SchemaError, match="eventstore db upgrade"):
+        EventStore(f"sqlite:///{tmp_path / 'manual.db'}", upgrade=False)
+
+
+def test_unknown_future_revision_is_refused(empty_url: str) -> None:
+    with EventStore(empty_url, upgrade=True):
+        pass
+    engine = create_engine(empty_url)
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE alembic_version SET version_num = '9999'"))
+    engine.dispose()
+    for kwargs in ({"upgrade": True}, {"upgrade": False}):
+        with pytest.raises(SchemaError, match="9999") as info:
+            EventStore(empty_url, **kwargs)  # type: ignore[arg-type]
+        assert "upgrade the package" in str(info.value)
+
+
+def _dev_console_script() -> Path:
+    return Path(sys.executable).parent / "eventstore"
+
+
+def test_schema_error_names_a_command_that_works() -> None:
+    """The fix printed in the SchemaError, run verbatim, makes the database usable."""
+    script = _dev_console_script()
+    if not script.exists():
+        pytest.skip("the eventstore console script is not installed in this environment")
+    url = fresh_pg_database()
+    try:
+        with pytest.raises(SchemaError) as info:
+            EventStore(url)
+        match = re.search(r"Run: (eventstore .+)$", str(info.value))
+        assert match, str(info.value)
+        argv = shlex.split(match.group(1))
+        proc = subprocess.run([str(script), *argv[1:]], capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        with EventStore(url, upgrade=False) as store:
+            assert store.list_sessions() == []
+    finally:
+        drop_pg_database(url)
+
+
+# --------------------------------------------------------------------------- installed wheel
+
+
+@pytest.mark.slow
+def test_installed_wheel_upgrades_a_database(tmp_path: Path) -> None:
+    """Build the wheel, install it in a new venv, and upgrade a database from outside the
+    checkout, so the migrations can only come from inside the installed package."""
+    dist = tmp_path / "dist"
+    build = subprocess.run(
+        [sys.executable, "-m", "build", "--wheel", "--outdir", str(dist), str(ROOT)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
+    (wheel,) = dist.glob("agent_eventstore-*.whl")
+
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    py = venv / "bin" / "python"
+    # The wheel goes in without dependencies; the development environment's site-packages
+    # supplies them through PYTHONPATH. PYTHONPATH does not run .pth files, so the
+    # editable install of the checkout stays invisible and ``eventstore`` is the wheel's.
+    install = subprocess.run(
+        [str(py), "-m", "pip", "install", "--no-deps", "--no-index", str(wheel)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert install.returncode == 0, install.stderr
+    dev_site = next(p for p in sys.path if p.endswith("site-packages") and "work" in p)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")} | {
+        "PYTHONPATH": dev_site,
+        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+    }
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    db_file = outside / "installed.db"
+
+    code = textwrap.dedent(
+        f"""
+        import eventstore, eventstore.migrate as m
+        from sqlalchemy import create_engine, inspect
+        assert "{venv}" in eventstore.__file__, eventstore.__file__
+        assert "{venv}" in m.script_location(), m.script_location()
+        engine = create_engine("sqlite:///{db_file}")
+        m.upgrade(engine)
+        print(sorted(inspect(engine).get_table_names()))
+        print(m.current_revision(engine))
+        """
+    )
+    run = subprocess.run(
+        [str(py), "-c", code], cwd=outside, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert run.returncode == 0, run.stderr
+    tables, revision = run.stdout.strip().splitlines()[-2:]
+    assert set(eval(tables)) == TABLES | {"alembic_version"}  # noqa: S307 - our own output
+    assert revision == SCHEMA_REVISION
+
+    # The console script from the wheel, run the way the SchemaError message says.
+    console = venv / "bin" / "eventstore"
+    assert console.exists(), "the wheel did not install the eventstore console script"
+    helped = subprocess.run(
+        [str(console), "--help"], cwd=outside, env=env, capture_output=True, text=True
+    )
+    assert helped.returncode == 0, helped.stderr
+    cli_db = outside / "cli.db"
+    upgraded = subprocess.run(
+        [str(console), "db", "upgrade", "--db", f"sqlite:///{cli_db}"],
+        cwd=outside,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert upgraded.returncode == 0, upgraded.stderr
+    engine = create_engine(f"sqlite:///{cli_db}")
+    try:
+        assert _tables(engine) == TABLES
+        assert current_revision(engine) == SCHEMA_REVISION
+        assert _triggers(engine) == SQLITE_TRIGGERS
+    finally:
+        engine.dispose()
