@@ -449,7 +449,7 @@ class _OpenHands:
         urls = args.get("image_urls") or args.get("images_urls") or []
         if isinstance(urls, list):
             parts.extend(FilePart(uri=u, media_type="image/*") for u in urls if isinstance(u, str))
-        role = "assistant" if source == "agent" else "user"
+        role: Literal["assistant", "user"] = "assistant" if source == "agent" else "user"
         self._append_message(Message(role=role, parts=parts), raw, where)
 
     def _tool_call(
@@ -615,7 +615,8 @@ def _parse_export(loaded: _Loaded) -> Transcript:
         hashes.append(digest)
         sizes.append(size)
         prev = digest
-    meta = sess.get("metadata") if isinstance(sess.get("metadata"), dict) else {}
+    raw_meta = sess.get("metadata")
+    meta: dict[str, Any] = raw_meta if isinstance(raw_meta, dict) else {}
     title = sess.get("title") if isinstance(sess.get("title"), str) else None
     user_id = sess.get("user_id") if isinstance(sess.get("user_id"), str) else None
     return Transcript(

@@ -298,7 +298,7 @@ def _parse_tool(msg: dict[str, Any]) -> Message:
     name = msg.get("name")
     content = msg.get("content")
     as_list = isinstance(content, list)
-    if as_list:
+    if isinstance(content, list):
         output = "\n".join(_texts(content))
     else:
         output = content if isinstance(content, str) else ""
@@ -329,7 +329,7 @@ def _parse_chat(role: str, msg: dict[str, Any]) -> Message:
     if isinstance(content, str):
         if content:
             parts.append(TextPart(text=content))
-    elif as_list:
+    elif isinstance(content, list):
         parts.extend(p for p in (_parse_content_part(c) for c in content) if p is not None)
     calls = msg.get("tool_calls")
     if role == "assistant" and isinstance(calls, list):
