@@ -2,47 +2,96 @@
 
 from __future__ import annotations
 
-from .budget import Budget
-from .errors import (
-    BudgetError,
-    ConflictError,
-    EventStoreError,
-    IdempotencyError,
-    InvalidEventError,
-    NotFoundError,
-    PayloadTooLargeError,
-    SchemaError,
-    StorageError,
-)
-from .events import (
-    Condensation,
-    CondensationRequest,
-    Custom,
-    Event,
-    FilePart,
-    LLMCall,
-    Message,
-    Part,
-    PartRef,
-    Prune,
-    ReasoningPart,
-    TextPart,
-    ToolCallPart,
-    ToolResultPart,
-    Usage,
-    decode_tool_output,
-)
-from .records import AppendResult, Session, StoredEvent, VerifyReport
-from .store import AsyncEventStore, EventStore
-from .tokens import HeuristicTokenCounter, LiteLLMTokenCounter, TokenCounter
-from .views import (
-    View,
-    ViewItem,
-    ViewOptions,
-    calibrated_tokens,
-    fingerprint,
-    record_llm_call,
-)
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .budget import Budget
+    from .errors import (
+        BudgetError,
+        ConflictError,
+        EventStoreError,
+        IdempotencyError,
+        InvalidEventError,
+        NotFoundError,
+        PayloadTooLargeError,
+        SchemaError,
+        StorageError,
+    )
+    from .events import (
+        Condensation,
+        CondensationRequest,
+        Custom,
+        Event,
+        FilePart,
+        LLMCall,
+        Message,
+        Part,
+        PartRef,
+        Prune,
+        ReasoningPart,
+        TextPart,
+        ToolCallPart,
+        ToolResultPart,
+        Usage,
+        decode_tool_output,
+    )
+    from .records import AppendResult, Session, StoredEvent, VerifyReport
+    from .store import AsyncEventStore, EventStore
+    from .tokens import HeuristicTokenCounter, LiteLLMTokenCounter, TokenCounter
+    from .views import (
+        View,
+        ViewItem,
+        ViewOptions,
+        calibrated_tokens,
+        fingerprint,
+        record_llm_call,
+    )
+
+# Public names are loaded on first use, so that importing a submodule (the command line,
+# for one) does not pay for SQLAlchemy and pydantic before it needs them.
+_LAZY: dict[str, str] = {
+    "AppendResult": "records",
+    "AsyncEventStore": "store",
+    "Budget": "budget",
+    "BudgetError": "errors",
+    "Condensation": "events",
+    "CondensationRequest": "events",
+    "ConflictError": "errors",
+    "Custom": "events",
+    "Event": "events",
+    "EventStore": "store",
+    "EventStoreError": "errors",
+    "FilePart": "events",
+    "HeuristicTokenCounter": "tokens",
+    "IdempotencyError": "errors",
+    "InvalidEventError": "errors",
+    "LLMCall": "events",
+    "LiteLLMTokenCounter": "tokens",
+    "Message": "events",
+    "NotFoundError": "errors",
+    "Part": "events",
+    "PartRef": "events",
+    "PayloadTooLargeError": "errors",
+    "Prune": "events",
+    "ReasoningPart": "events",
+    "SchemaError": "errors",
+    "Session": "records",
+    "StorageError": "errors",
+    "StoredEvent": "records",
+    "TextPart": "events",
+    "TokenCounter": "tokens",
+    "ToolCallPart": "events",
+    "ToolResultPart": "events",
+    "Usage": "events",
+    "VerifyReport": "records",
+    "View": "views",
+    "ViewItem": "views",
+    "ViewOptions": "views",
+    "calibrated_tokens": "views",
+    "decode_tool_output": "events",
+    "fingerprint": "views",
+    "record_llm_call": "views",
+}
 
 __version__ = "0.1.0"
 
@@ -89,3 +138,18 @@ __all__ = [
     "fingerprint",
     "record_llm_call",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from importlib import import_module
+
+    value = getattr(import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
