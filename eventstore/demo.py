@@ -399,7 +399,7 @@ def _task_turns(g: _Gen, task: dict[str, Any], round_no: int) -> Iterator[Turn]:
                 "bash",
                 "All checks passed!\n"
                 if rng.random() < 0.7
-                else f"src/ledger/{rng.choice(_WORDS)}.py:{rng.randint(1, 200)}:1: F401 unused import",
+                else f"src/ledger/{rng.choice(_WORDS)}.py:{rng.randint(1, 200)}:1: F401 unused",
                 command="ruff check src tests",
             ),
         ),
@@ -600,33 +600,31 @@ def _tool_messages(turn: Turn) -> list[Any]:
     ]
 
 
-Condense = Callable[["EventStore", str, "Budget"], list[int]]
-"""``(store, session_id, budget) -> seqs written``: one condensation check before a call."""
-
-
-TRIGGER_FRACTION = 0.85
-"""Condense when the view passes this fraction of the budget (the pipeline then aims for
-half of it)."""
+Condense = Callable[["EventStore", str, "Budget"], "View | None"]
+"""``(store, session_id, budget) -> view``: one condensation check before a model call,
+returning the session's current view (or ``None`` to have it rebuilt)."""
 
 
 def _default_condense(model: str | None) -> Condense:
-    """The default condenser pipeline, run when the view passes the threshold.
+    """The default condensation policy: condense at 80% of the budget down to 50%.
 
     The demo is an application on top of both packages, so it may import ``condensers``
     (lazily); the library modules never do.
     """
-    from condensers.base import PlanContext
-    from condensers.pipeline import default_pipeline
+    from condensers import CondensationPolicy, default_pipeline
 
-    pipeline = default_pipeline(model)
+    policies: dict[Budget, CondensationPolicy] = {}
 
-    def condense(store: EventStore, sid: str, budget: Budget) -> list[int]:
-        view = store.view(sid)
-        if view.tokens <= budget.fraction(TRIGGER_FRACTION):
-            return []
-        ctx = PlanContext(trigger="threshold", token_counter=store.token_counter)
-        outcome = pipeline.run(store, sid, budget, ctx, view=view)
-        return [step.seq for step in outcome.steps]
+    def condense(store: EventStore, sid: str, budget: Budget) -> View | None:
+        policy = policies.get(budget)
+        if policy is None:
+            policy = policies[budget] = CondensationPolicy(
+                budget, default_pipeline(model), token_counter=store.token_counter
+            )
+        outcome = policy.maybe_condense(store, sid)
+        if outcome.view is not None and outcome.view.seq == store.head(sid):
+            return outcome.view
+        return None
 
     return condense
 
@@ -712,8 +710,7 @@ def run_demo(
         for turn in script.turns:
             if turn.user is not None:
                 store.append(sid, [Message.user(turn.user)])
-            condense(store, sid, budget)
-            view = store.view(sid)
+            view = condense(store, sid, budget) or store.view(sid)
             report.max_view_tokens_sent = max(report.max_view_tokens_sent, view.tokens)
             if not budget.fits(view.tokens):
                 report.views_over_budget += 1
@@ -895,3 +892,113 @@ def _interrupted(store: EventStore, sid: str, call_id: str) -> dict[str, Any]:
                 out["view_seq"] = probe
                 return out
     return out
+
+
+# --------------------------------------------------------------------------- output
+
+
+def render_report(report: DemoReport, console: Any) -> None:
+    """Print ``report`` for a person, on a ``rich`` console."""
+    from rich.table import Table
+
+    r = report
+    b = r.budget
+    n = "{:,}".format
+    kinds = r.events_by_kind
+    console.print("[bold]agent-eventstore demo[/bold]")
+    console.print(f"  database  {r.db}")
+    console.print(f"  session   {r.session_id}")
+    how = "offline: scripted replies through litellm mock_response" if r.offline else "live"
+    console.print(f"  model     {r.model} ({how})")
+    console.print(
+        f"  budget    {n(b['max_input_tokens'])}-token window - {n(b['reserved_output'])} "
+        f"reserved for output - {n(b['buffer'])} buffer = {n(b['available'])} tokens for the view"
+    )
+    console.print(
+        f"  script    {r.turns} turns, seed {r.seed}, fingerprint {r.script_fingerprint[:12]}"
+    )
+    console.print()
+    order = ("message", "llm_call", "prune", "condensation")
+    parts = [f"{n(kinds[k])} {k}s" for k in order if k in kinds]
+    parts += [f"{n(v)} {k}" for k, v in kinds.items() if k not in order]
+    console.print(
+        f"Replayed {r.turns} turns in {r.seconds.get('replay', 0):.1f} s: "
+        f"{n(r.events)} events ({', '.join(parts)})"
+    )
+
+    rows = [("prune", p["seq"], p) for p in r.prunes] + [
+        ("condensation", c["seq"], c) for c in r.condensations
+    ]
+    rows.sort(key=lambda x: x[1])
+    table = Table(title="What the condensers wrote", title_justify="left", box=None)
+    for col, justify in (
+        ("seq", "right"),
+        ("event", "left"),
+        ("strategy", "left"),
+        ("what it hid", "left"),
+        ("view tokens", "right"),
+    ):
+        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+    for kind, seq, e in rows:
+        if kind == "prune":
+            hid = f"{e['parts']} tool outputs"
+            toks = f"-{n(e['tokens_freed'])}"
+        else:
+            hid = (
+                f"seq {e['forgotten_from']}..{e['forgotten_to']} "
+                f"({n(e['forgotten_events'])} events)"
+            )
+            toks = f"{n(e['tokens_before'] or 0)} -> {n(e['tokens_after'] or 0)}"
+        table.add_row(str(seq), kind, e.get("condenser") or e.get("strategy") or "", hid, toks)
+    console.print()
+    console.print(table if rows else "No condensation was needed.")
+
+    f = r.final_view
+    console.print()
+    console.print("[bold]Result[/bold]")
+    console.print(
+        f"  raw history        {n(r.raw_history_tokens)} tokens "
+        f"(every stored message, nothing condensed)"
+    )
+    pct = 100 * f["tokens"] / b["available"]
+    console.print(
+        f"  final view         {n(f['tokens'])} tokens = {pct:.0f}% of the budget, "
+        f"{100 * (f['ratio_to_raw'] or 0):.1f}% of the raw history "
+        f"({f['messages']} messages at seq {f['seq']}, built from {f['rows_read']} rows)"
+    )
+    console.print(
+        f"  largest view sent  {n(r.max_view_tokens_sent)} tokens; "
+        f"views over budget: {r.views_over_budget}"
+    )
+    i = r.interrupted
+    if i:
+        shown = (
+            "rendered with an explicit interrupted result"
+            if i.get("rendered_interrupted")
+            else "NOT rendered as interrupted"
+        )
+        console.print(f"  interrupted call   {i['call_id']} at seq {i['seq']}: {shown}")
+    t = r.time_travel
+    if t:
+        console.print()
+        console.print("[bold]Time travel[/bold]")
+        later = " (those events are condensed away now)" if t["now_condensed"] else ""
+        console.print(
+            f"  llm_call at seq {t['llm_call_seq']} sent the view at seq {t['view_seq']}: "
+            f"{n(t['tokens'])} tokens, {t['messages']} messages{later}"
+        )
+        mark = "[green]match[/green]" if t["match"] else "[red]MISMATCH[/red]"
+        console.print(
+            f"  recorded {t['recorded_fingerprint'][:16]}  rebuilt "
+            f"{t['rebuilt_fingerprint'][:16]}  {mark}"
+        )
+    v = r.verify
+    console.print()
+    status = "[green]ok[/green]" if v.get("ok") else "[red]FAILED[/red]"
+    console.print(
+        f"verify: {status}: {n(v.get('events', 0))} events with gapless seqs and an intact "
+        f"hash chain, {n(v.get('llm_calls', 0))} recorded view fingerprints rebuilt and matched"
+    )
+    for problem in v.get("problems", []):
+        console.print(f"  [red]{problem}[/red]")
+    console.print(f"done in {r.seconds.get('total', 0):.1f} s")
