@@ -219,3 +219,13 @@ async def test_async_postgres_schema_check(db_url: str) -> None:
         await store.close()
     finally:
         drop_pg_database(url)
+
+
+async def test_async_sqlite_durability_pragmas(tmp_path) -> None:  # noqa: ANN001
+    url = f"sqlite:///{tmp_path / 'a.db'}"
+    for mode, expected in (("FULL", 2), ("NORMAL", 1)):
+        async with AsyncEventStore(url, sqlite_synchronous=mode) as store:
+            async with store.engine.connect() as conn:
+                journal = (await conn.exec_driver_sql("PRAGMA journal_mode")).scalar()
+                sync = (await conn.exec_driver_sql("PRAGMA synchronous")).scalar()
+            assert (journal, sync) == ("wal", expected)

@@ -10,6 +10,7 @@ import shutil
 import sqlite3
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -131,6 +132,27 @@ def test_stored_event_roundtrip_preserves_ids_and_times(store: EventStore) -> No
     store.append(s.id, [fixed])
     (again,) = list(store.read(s.id, from_seq=2))
     assert again.id == fixed.id
+
+
+def test_explicit_created_at_roundtrips_exactly(store: EventStore) -> None:
+    s = store.create_session()
+    odd = timezone(timedelta(hours=-9, minutes=-30))
+    times = [
+        datetime(2024, 2, 29, 23, 59, 59, 999999, tzinfo=odd),
+        datetime(1999, 12, 31, 0, 0, 0, 1, tzinfo=UTC),
+        datetime(2100, 1, 1, tzinfo=UTC),
+    ]
+    evts = []
+    for t in times:
+        m = Message.user(str(t))
+        m.created_at = t
+        evts.append(m)
+    store.append(s.id, evts)
+    got = [e.created_at for e in store.read(s.id)]
+    assert got == times
+    assert all(g.utcoffset() == timedelta(0) for g in got)
+    report = store.verify(s.id)  # default: fingerprints too
+    assert report.ok and report.events == 3
 
 
 def test_create_session_fields(store: EventStore) -> None:
