@@ -55,6 +55,11 @@ class _Group(click.Group):
             return super().invoke(ctx)
         except (click.ClickException, click.exceptions.Exit, click.Abort):
             raise
+        except BrokenPipeError:
+            # The reader went away (``eventstore log ... | head``): stop quietly.
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            sys.exit(1)
         except Exception as exc:
             message = _error_message(exc)
             if message is None:
@@ -72,7 +77,12 @@ def _error_message(exc: Exception) -> str | None:
             "session belongs to another tenant)"
         )
     if isinstance(exc, EventStoreError):
-        return str(exc)
+        # Library messages name Python arguments; say the matching flags here.
+        return (
+            str(exc)
+            .replace("import with new_ids=True", "import with --new-ids")
+            .replace("max_input_tokens=...", "--max-input-tokens N")
+        )
     name = type(exc).__name__
     if name == "ArgumentError" and type(exc).__module__.startswith("sqlalchemy"):
         return f"bad database URL: {exc}; use sqlite:///path.db or postgresql://user@host/db"
@@ -376,17 +386,13 @@ def sessions_list(state: _State, user_id: str | None, limit: int, as_json: bool)
     if not found:
         click.echo(f"no sessions for tenant {state.tenant!r}")
         return
-    from rich.table import Table
-
-    table = Table(box=None)
-    for col in ("id", "updated", "events", "user", "title"):
-        table.add_column(col, justify="right" if col == "events" else "left", no_wrap=col == "id")
+    click.echo(f"{'id':<36}  {'updated':<19}  {'events':>6}  {'user':<12}  title")
     for s in found:
         title = s.title or ""
         if s.parent_id:
             title = f"{title} (fork of {s.parent_id[:8]}@{s.fork_seq})".strip()
-        table.add_row(s.id, _time(s.updated_at), str(s.head_seq), s.user_id or "", title)
-    _console().print(table)
+        user = (s.user_id or "-")[:12]
+        click.echo(f"{s.id:<36}  {_time(s.updated_at)}  {s.head_seq:>6}  {user:<12}  {title}")
 
 
 @sessions.command("show")
@@ -934,7 +940,10 @@ def _report_outcome(out: Any, as_json: bool, *, what: str) -> None:
     if not out.steps:
         reason = out.error or "nothing could be forgotten or compacted"
         click.echo(f"no {what} written: {reason}", err=True)
-        sys.exit(1)
+        # A declined condensation request or a failed run is an error; a prune with
+        # nothing old enough to compact is not.
+        if what != "prune" or out.error:
+            sys.exit(1)
 
 
 @cli.command("prune")
@@ -1080,7 +1089,7 @@ def import_cmd(state: _State, file: str, fmt: str | None, as_json: bool) -> None
     store = state.store(create=True)
     fmt_name: Any = {"jsonl": "eventstore"}.get(fmt, fmt) if fmt else None
     with _progress(f"importing {Path(file).name}", enabled=not as_json) as update:
-        created = import_file(store, file, fmt_name, update)
+        created = import_file(store, file, fmt_name, update, new_ids=new_ids)
     if as_json:
         _emit_json([_session_dict(s) for s in created])
         return
