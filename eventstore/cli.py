@@ -1080,9 +1080,15 @@ def export_cmd(state: _State, session: str, fmt: str, output: str | None) -> Non
     type=click.Choice(["jsonl", "openai", "swe-agent", "openhands"]),
     help="Input format (default: detected from the content).",
 )
+@click.option(
+    "--new-ids",
+    is_flag=True,
+    help="Give an export's events fresh ids (to import it into the database it came from; "
+    "the hashes change).",
+)
 @_json_option
 @pass_state
-def import_cmd(state: _State, file: str, fmt: str | None, as_json: bool) -> None:
+def import_cmd(state: _State, file: str, fmt: str | None, new_ids: bool, as_json: bool) -> None:
     """Import FILE (an export, chat transcript or agent trajectory) as new sessions."""
     from .importers import import_file
 
