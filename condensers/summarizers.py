@@ -212,12 +212,14 @@ class _Caps:
     last_message_chars: int
 
     def halved(self) -> _Caps:
+        # The floor keeps the task statement and the last assistant message, briefly, and
+        # reduces every list to its count.
         return _Caps(
-            max(self.request_chars // 2, 200),
-            max(self.max_requests // 2, 1),
-            max(self.max_errors // 2, 1),
-            max(self.max_files // 2, 5),
-            max(self.last_message_chars // 2, 200),
+            max(self.request_chars // 2, 120),
+            self.max_requests // 2,
+            self.max_errors // 2,
+            self.max_files // 2,
+            max(self.last_message_chars // 2, 120),
         )
 
 
@@ -273,7 +275,8 @@ class ExtractiveSummarizer:
         token_counter: TokenCounter | None = None,
     ) -> SummaryResult:
         """The summary; with ``limit_tokens`` the caps are halved until it fits (or reach
-        their floor: the first request, the newest error and file, short quotes)."""
+        their floor: the task statement and the last assistant message, briefly, and a
+        count of everything else)."""
         started = time.perf_counter()
         counter = token_counter or HeuristicTokenCounter()
         caps = _Caps(
@@ -359,7 +362,9 @@ class ExtractiveSummarizer:
         prev_progress = prev.get(HEADINGS[1], [])
         in_progress = [ln for ln in _after(prev_progress, "In progress:") if ln.startswith("- ")]
         if last_assistant is not None:
-            in_progress = [f"- at [{last_assistant[0]}]: {clip(last_assistant[1], 300)}"]
+            # One line only: the full quote is under "Current state".
+            first_line = last_assistant[1].strip().splitlines()[0] if last_assistant[1] else ""
+            in_progress = [f"- at [{last_assistant[0]}]: {first_line[:160]}"]
         sections[HEADINGS[1]] = ["Done:", *done, "In progress:", *(in_progress or [_NONE])]
         sections[HEADINGS[2]] = _bullets(prev.get(HEADINGS[2], [])) or [_NONE]
         sections[HEADINGS[3]] = _bounded(errors, 0, caps.max_errors, "earlier errors", err_dropped)

@@ -16,6 +16,8 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
+from eventstore.tokens import MESSAGE_OVERHEAD
+
 from .base import (
     PlanContext,
     Proposal,
@@ -87,6 +89,12 @@ class SummarizingCondenser:
         forget = choose_cut(view, keep, min_keep=self.min_keep)
         if forget < self.min_forget_events:
             return None
+        # When the pinned head and the kept tail leave less room than planned (a large
+        # system prompt on a small model), the summary gets only what is left.
+        kept = sum(i.tokens for i in [i for i in view.items if not i.pinned][forget:])
+        framing = MESSAGE_OVERHEAD + ctx.token_counter.count(view.options.summary_prefix)
+        room = budget.available - pinned - kept - view.extra_tokens - framing
+        reserve = max(min(reserve, room), 64)
         events = newly_forgotten(view, forget)
         previous = prev.summary if prev is not None else None
         notes: list[str] = []
