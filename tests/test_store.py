@@ -254,10 +254,13 @@ def test_tenant_isolation(store: EventStore) -> None:
 def test_fork_shares_prefix_without_copying(store: EventStore) -> None:
     parent = store.create_session(title="p", user_id="u", metadata={"a": 1})
     store.append(parent.id, _users(5, "p"))
-    before = row_count(store)
+    # Other test runs may share the Postgres database: count this tenant's rows only.
+    before = store.stats()["events"]
     fork = store.fork(parent.id, 3)
-    assert row_count(store) == before
+    assert store.stats()["events"] == before == 5
+    assert row_count(store, "events", parent.id) == 5
     assert row_count(store, "events", fork.id) == 0
+    assert row_count(store, "parts", fork.id) == 0
     assert (fork.parent_id, fork.fork_seq, fork.head_seq) == (parent.id, 3, 3)
     assert (fork.title, fork.user_id, fork.metadata) == ("p", "u", {"a": 1})
 
@@ -433,12 +436,13 @@ def _tamper(store: EventStore, tmp_path: Path, sql: str, **params: object) -> Ev
     if store.dialect == "sqlite":
         src = sqlite_path(store.url)
         copy = tmp_path / "tampered.db"
+        copy.parent.mkdir(exist_ok=True)
         with sqlite3.connect(src) as c:  # fold the WAL into the main file before copying
             c.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         shutil.copy(src, copy)
         c = sqlite3.connect(copy)
-        c.execute("DROP TRIGGER events_append_only_update")
-        c.execute("DROP TRIGGER events_append_only_delete")
+        c.execute("DROP TRIGGER IF EXISTS events_append_only_update")
+        c.execute("DROP TRIGGER IF EXISTS events_append_only_delete")
         c.execute(sql, tuple(params.values()))
         c.commit()
         c.close()
@@ -476,6 +480,14 @@ def test_verify_detects_a_gap(own_db: str, tmp_path: Path) -> None:
         report = tampered.verify(s.id, fingerprints=False)
         assert not report.ok
         assert any("gap: expected seq 3, found 4" in p for p in report.problems), report.problems
+        # Removing the newest event leaves the recorded head pointing past the log's end.
+        tampered2 = _tamper(tampered, tmp_path / "again", sql, v=4)
+        report = tampered2.verify(s.id, fingerprints=False)
+        assert any("head_seq is 4 but the log ends at 2" in p for p in report.problems), (
+            report.problems
+        )
+        if tampered2 is not store:
+            tampered2.close()
         if tampered is not store:
             tampered.close()
             assert store.verify(s.id, fingerprints=False).ok
