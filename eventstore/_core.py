@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import and_, func, insert, select, update
+from sqlalchemy import and_, bindparam, func, insert, select, update
 from sqlalchemy.engine import Connection
 
 from .codec import (
@@ -241,6 +241,11 @@ def list_sessions(
     offset: int,
     parent_id: str | None = None,
 ) -> list[Session]:
+    # Postgres rejects negative values where SQLite silently treats them as "no limit".
+    if offset < 0:
+        raise InvalidEventError(f"offset: must be 0 or more, got {offset}")
+    if limit is not None and limit < 0:
+        raise InvalidEventError(f"limit: must be 0 (all) or more, got {limit}")
     if any(v is not None and storable_text_error(v) for v in (user_id, parent_id)):
         return []  # no stored session can match (and Postgres would reject the query)
     q = select(sessions).where(sessions.c.tenant == tenant)
@@ -308,17 +313,32 @@ def owner_of(segments: Sequence[Segment], seq: int) -> str | None:
 # --------------------------------------------------------------------------- append
 
 
+# The append path's fixed statements, built once: constructing a statement costs about as
+# much as executing it, and a single-event append runs these on every call.
+_LOCK_HEAD = select(sessions.c.head_seq, sessions.c.head_hash).where(
+    sessions.c.id == bindparam("sid"), sessions.c.tenant == bindparam("tenant")
+)
+_LOCK_HEAD_PG = _LOCK_HEAD.with_for_update()
+_SET_HEAD = (
+    update(sessions)
+    .where(sessions.c.id == bindparam("sid"))
+    .values(
+        head_seq=bindparam("new_seq"),
+        head_hash=bindparam("new_hash"),
+        updated_at=bindparam("now", type_=sessions.c.updated_at.type),
+    )
+)
+_INSERT_EVENTS = insert(events)
+_INSERT_PARTS = insert(parts)
+
+
 def lock_head(conn: Connection, tenant: str, session_id: str) -> tuple[int, str | None]:
     _check_lookup(tenant, session_id)
-    q = select(sessions.c.head_seq, sessions.c.head_hash).where(
-        sessions.c.id == session_id, sessions.c.tenant == tenant
-    )
-    if conn.dialect.name == "postgresql":
-        # Row lock: concurrent appenders to one session queue here instead of racing to
-        # the UNIQUE(session_id, seq) check. SQLite writers already hold the database
-        # lock (BEGIN IMMEDIATE), so no row lock is needed there.
-        q = q.with_for_update()
-    row = conn.execute(q).first()
+    # Row lock on Postgres: concurrent appenders to one session queue here instead of
+    # racing to the UNIQUE(session_id, seq) check. SQLite writers already hold the
+    # database lock (BEGIN IMMEDIATE), so no row lock is needed there.
+    q = _LOCK_HEAD_PG if conn.dialect.name == "postgresql" else _LOCK_HEAD
+    row = conn.execute(q, {"sid": session_id, "tenant": tenant}).first()
     if row is None:
         raise NotFoundError(f"no session {session_id!r} for tenant {tenant!r}")
     return row.head_seq, row.head_hash
@@ -392,18 +412,15 @@ def append(
             prunes.append((seq, evt, created))
         elif isinstance(evt, Condensation):
             _check_condensation(evt, seq)
-    conn.execute(insert(events), event_rows)
+    # One row goes through the single-row path; lists take the executemany path.
+    conn.execute(_INSERT_EVENTS, event_rows[0] if len(event_rows) == 1 else event_rows)
     if part_rows:
-        conn.execute(insert(parts), part_rows)
+        conn.execute(_INSERT_PARTS, part_rows[0] if len(part_rows) == 1 else part_rows)
     if prunes:
         segments = lineage(conn, tenant, session_id)
         for prune_seq, prune, created in prunes:
             _apply_prune(conn, session_id, segments, prune_seq, prune, created)
-    conn.execute(
-        update(sessions)
-        .where(sessions.c.id == session_id)
-        .values(head_seq=seq, head_hash=prev, updated_at=now)
-    )
+    conn.execute(_SET_HEAD, {"sid": session_id, "new_seq": seq, "new_hash": prev, "now": now})
     return AppendResult(seqs=list(range(head + 1, seq + 1)), head_seq=seq)
 
 
