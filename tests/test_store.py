@@ -201,6 +201,11 @@ def test_list_sessions_newest_first_filters_and_pages(store: EventStore) -> None
     assert [s.id for s in store.list_sessions(user_id="alice")] == alice
     assert [s.id for s in store.list_sessions(user_id="alice", limit=1, offset=1)] == alice[1:2]
     assert store.list_sessions(user_id="nobody") == []
+    # Negative paging values mean different things per database: refused on both.
+    with pytest.raises(InvalidEventError, match="offset"):
+        store.list_sessions(offset=-1)
+    with pytest.raises(InvalidEventError, match="limit"):
+        store.list_sessions(limit=-1)
 
 
 def test_list_sessions_default_limit_and_limit_none(store: EventStore) -> None:
