@@ -7,6 +7,7 @@ import re
 import shlex
 import subprocess
 import sys
+import sysconfig
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
@@ -232,7 +233,7 @@ def test_installed_wheel_upgrades_a_database(tmp_path: Path) -> None:
         timeout=300,
     )
     assert install.returncode == 0, install.stderr
-    dev_site = next(p for p in sys.path if p.endswith("site-packages") and "work" in p)
+    dev_site = sysconfig.get_paths()["purelib"]
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")} | {
         "PYTHONPATH": dev_site,
         "LITELLM_LOCAL_MODEL_COST_MAP": "True",
