@@ -1185,6 +1185,7 @@ def stats_cmd(state: _State, as_json: bool) -> None:
     help="Input window the budget is computed from. [default: 12000]",
 )
 @click.option("--seed", type=int, default=None, help="Generator seed. [default: 1729]")
+@click.option("--api-base", help="Base URL of the --model's server (OpenAI-compatible).")
 @_json_option
 @pass_state
 def demo_cmd(
@@ -1194,6 +1195,7 @@ def demo_cmd(
     model: str | None,
     window: int | None,
     seed: int | None,
+    api_base: str | None,
     as_json: bool,
 ) -> None:
     """Replay a long generated coding-agent session through the condensers, then audit it."""
@@ -1213,6 +1215,7 @@ def demo_cmd(
             seed=demo.DEFAULT_SEED if seed is None else seed,
             tenant=state.tenant if state.tenant != "default" else "demo",
             progress=update,
+            api_base=api_base,
         )
     if as_json:
         _emit_json(report.to_dict())

@@ -10,7 +10,8 @@ user's message, let the default condenser pipeline shrink the view when its trig
 send the view to the model, record the call (``llm_call`` plus the reply), append the tool
 results. Offline (the default) the model's reply is the scripted one, returned through
 litellm's ``mock_response``; with a real model the view is sent for real and the call is
-recorded, while the scripted agent keeps driving the session so the run stays reproducible.
+recorded (its reply is kept on the ``llm_call`` and not acted on, so no tool schemas are
+sent), while the scripted agent keeps driving the session so the run stays reproducible.
 The returned :class:`DemoReport` holds the numbers the ``eventstore demo`` command prints.
 """
 
@@ -24,6 +25,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .errors import EventStoreError
+
 if TYPE_CHECKING:
     from .budget import Budget
     from .store import EventStore
@@ -35,6 +38,7 @@ __all__ = [
     "Script",
     "generate_session",
     "DemoReport",
+    "DemoError",
     "run_demo",
     "render_report",
     "DEFAULT_DEMO_DB",
@@ -454,27 +458,9 @@ def generate_session(turns: int = DEFAULT_TURNS, seed: int = DEFAULT_SEED) -> Sc
 
 # --------------------------------------------------------------------------- the replay
 
-_TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": name,
-            "description": desc,
-            "parameters": {
-                "type": "object",
-                "properties": {p: {"type": "string"} for p in params},
-                "required": list(params),
-            },
-        },
-    }
-    for name, desc, params in (
-        ("read_file", "Read a file of the repository.", ("path",)),
-        ("grep", "Search for a pattern.", ("pattern", "path")),
-        ("run_tests", "Run pytest on a target.", ("target",)),
-        ("edit_file", "Replace text in a file.", ("path", "old", "new")),
-        ("bash", "Run a shell command.", ("command",)),
-    )
-]
+
+class DemoError(EventStoreError):
+    """The demo could not run (for example a live model call failed)."""
 
 
 @dataclass
@@ -605,7 +591,7 @@ Condense = Callable[["EventStore", str, "Budget"], "View | None"]
 returning the session's current view (or ``None`` to have it rebuilt)."""
 
 
-def _default_condense(model: str | None) -> Condense:
+def _default_condense(model: str | None, live: dict[str, Any] | None = None) -> Condense:
     """The default condensation policy: condense at 80% of the budget down to 50%.
 
     The demo is an application on top of both packages, so it may import ``condensers``
@@ -619,13 +605,19 @@ def _default_condense(model: str | None) -> Condense:
         policy = policies.get(budget)
         if policy is None:
             policy = policies[budget] = CondensationPolicy(
-                budget, default_pipeline(model), token_counter=store.token_counter
+                budget, default_pipeline(model, **(live or {})), token_counter=store.token_counter
             )
         outcome = policy.maybe_condense(store, sid)
         if outcome.view is not None and outcome.view.seq == store.head(sid):
             return outcome.view
         return None
 
+    def overflow(store: EventStore, sid: str, budget: Budget) -> None:
+        # The model rejected the context: condense to half of what was sent.
+        condense(store, sid, budget)
+        policies[budget].condense(store, sid, trigger="overflow")
+
+    condense.overflow = overflow  # type: ignore[attr-defined]
     return condense
 
 
@@ -639,6 +631,7 @@ def run_demo(
     tenant: str = "demo",
     condense: Condense | None = None,
     progress: Callable[[int, int], None] | None = None,
+    api_base: str | None = None,
 ) -> DemoReport:
     """Replay a generated session through the store and the default condenser pipeline.
 
@@ -654,6 +647,10 @@ def run_demo(
         tenant: Tenant the demo session is created under.
         condense: Replaces the default pipeline (for tests and experiments).
         progress: Called with ``(turns_done, turns)`` after each turn.
+        api_base: Where to reach ``model`` (an OpenAI-compatible server, for example).
+
+    Raises:
+        DemoError: The live model call failed (it is recorded on the ``llm_call`` first).
     """
     from .budget import Budget
     from .store import EventStore
@@ -665,11 +662,12 @@ def run_demo(
     t_gen = time.perf_counter() - t0
     offline = model is None
     model_name = model or f"openai/eventstore-demo-{window // 1000}k"
+    live: dict[str, Any] = {"api_base": api_base} if api_base else {}
     if offline:
         _register_offline_model(model_name, window)
         budget = Budget.for_model(model_name)
     else:
-        budget = Budget.for_model(model_name, max_input_tokens=window)
+        budget = Budget.for_model(model_name, max_input_tokens=_live_window(model_name, window))
     litellm = import_litellm()
     if url is None:
         url = _fresh_sqlite(Path.cwd() / DEFAULT_DEMO_DB)
@@ -681,7 +679,7 @@ def run_demo(
         # A demo database is disposable: skip the per-commit fsync.
         **({"sqlite_synchronous": "NORMAL"} if is_sqlite else {}),
     )
-    condense = condense or _default_condense(None if offline else model_name)
+    condense = condense or _default_condense(None if offline else model_name, live)
     report = DemoReport(
         db=store.url if is_sqlite else _hide_password(store.url),
         session_id="",
@@ -732,8 +730,8 @@ def run_demo(
                     expected_seq=view.seq,
                 )
             else:
-                response = litellm.completion(
-                    model=model_name, messages=messages, tools=_TOOLS, max_tokens=256
+                view, response = _live_call(
+                    litellm, store, sid, view, budget, model_name, live, condense
                 )
                 reply = response.choices[0].message
                 record_llm_call(
@@ -764,6 +762,70 @@ def run_demo(
         return report
     finally:
         store.close()
+
+
+def _live_call(
+    litellm: Any,
+    store: EventStore,
+    sid: str,
+    view: View,
+    budget: Budget,
+    model: str,
+    live: dict[str, Any],
+    condense: Condense,
+) -> tuple[View, Any]:
+    """Send ``view`` to a real model; on a context overflow condense and retry once.
+
+    Estimated token counts can be lower than the model's own tokenizer says, so a view
+    that fits the budget on paper may still be rejected; that is the reactive trigger.
+    """
+    from .views import record_llm_call
+
+    for attempt in (0, 1):
+        start = time.perf_counter()
+        try:
+            return view, litellm.completion(
+                model=model, messages=view.to_messages(), max_tokens=256, **live
+            )
+        except Exception as exc:
+            error = f"{type(exc).__name__}: {str(exc)[:500]}"
+            record_llm_call(
+                store, sid, view, None, model=model, error=error,
+                latency_ms=(time.perf_counter() - start) * 1000,
+            )  # fmt: skip
+            overflow = getattr(condense, "overflow", None)
+            if attempt == 0 and overflow is not None and _is_overflow(exc):
+                overflow(store, sid, budget)
+                view = store.view(sid)
+                continue
+            hint = (
+                "the view is still too large for the model; lower --window"
+                if _is_overflow(exc)
+                else "check the provider's credentials (for example OPENAI_API_KEY) and "
+                "--api-base, or run the demo without --model to stay offline"
+            )
+            raise DemoError(
+                f"the call to {model} failed ({error.splitlines()[0][:300]}); {hint}"
+            ) from None
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _is_overflow(exc: BaseException) -> bool:
+    from condensers import is_context_window_error
+
+    return is_context_window_error(exc)
+
+
+def _live_window(model: str, window: int) -> int:
+    """The demo's small window, but never more than the live model's own."""
+    from .errors import BudgetError
+
+    try:
+        from .budget import Budget
+
+        return min(window, Budget.for_model(model).max_input_tokens)
+    except BudgetError:
+        return window
 
 
 def _hide_password(url: str) -> str:
