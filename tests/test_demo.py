@@ -130,3 +130,32 @@ def test_demo_is_reproducible(tmp_path: Path) -> None:
     assert a.raw_history_tokens == b.raw_history_tokens
     assert a.condensations == b.condensations and a.prunes == b.prunes
     assert a.final_view["tokens"] == b.final_view["tokens"]
+
+
+def test_live_model_failure_is_recorded_and_reported(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "unused")
+    url = f"sqlite:///{tmp_path / 'live.db'}"
+    result = CliRunner().invoke(
+        cli,
+        [
+            "demo",
+            "--db",
+            url,
+            "--turns",
+            "1",
+            "--model",
+            "openai/nothing-here",
+            "--api-base",
+            "http://127.0.0.1:9/v1",
+        ],
+    )
+    assert result.exit_code == 1
+    assert "the call to openai/nothing-here failed" in result.stderr
+    assert "Traceback" not in result.output
+    with EventStore(url, tenant="demo") as store:
+        (session,) = store.list_sessions()
+        calls = [e.event for e in store.read(session.id, kinds=["llm_call"])]
+        assert len(calls) == 1 and calls[0].error and calls[0].view_seq == 2
+        assert store.verify(session.id).ok
