@@ -51,7 +51,15 @@ __all__ = [
 
 
 class SummaryError(Exception):
-    """A summarizer could not produce a valid summary (the caller falls back)."""
+    """A summarizer could not produce a valid summary (the caller falls back).
+
+    Attributes:
+        spent: Usage and cost of the model calls made before giving up, if any.
+    """
+
+    def __init__(self, message: str, spent: SummaryResult | None = None) -> None:
+        super().__init__(message)
+        self.spent = spent
 
 
 @dataclass
@@ -528,8 +536,27 @@ class LLMSummarizer:
         acc = _Accumulator()
         chunks = self._chunks(previous, events, focus)
         summary = previous
-        for chunk in chunks:
-            summary = self._one(summary, chunk, focus, acc)
+        try:
+            for chunk in chunks:
+                summary = self._one(summary, chunk, focus, acc)
+        except Exception as exc:
+            # Keep what the failed attempt cost so the condensation can still record it.
+            spent = None
+            if acc.calls:
+                spent = SummaryResult(
+                    text="",
+                    model=self.model,
+                    usage=acc.usage(),
+                    cost=acc.cost,
+                    calls=acc.calls,
+                    chunks=len(chunks),
+                    latency_ms=(time.perf_counter() - started) * 1000,
+                    notes=acc.notes,
+                )
+            if isinstance(exc, SummaryError):
+                exc.spent = spent
+                raise
+            raise SummaryError(f"{type(exc).__name__}: {exc}", spent) from exc
         if len(chunks) > 1:
             acc.notes.append(f"chunked into {len(chunks)} parts")
         return SummaryResult(

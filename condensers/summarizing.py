@@ -110,6 +110,12 @@ class SummarizingCondenser:
             settings = {**settings, "fallback_from": self.summarizer.name, "error": reason}
             used = self.fallback
             result = self._summarize(self.fallback, previous, events, ctx, reserve)
+            spent = getattr(exc, "spent", None)
+            if spent is not None:
+                # The failed model calls still cost something: record it on the event.
+                settings["failed_calls"] = spent.calls
+                result.usage, result.cost = spent.usage, spent.cost
+                result.model = None
         notes.extend(result.notes)
         evt, after = condensation_for(
             view,
@@ -158,8 +164,8 @@ class SummarizingCondenser:
 
 
 def _cost(result: SummaryResult) -> float | None:
-    # A model summary that could not be priced records None; extractive costs nothing.
-    if result.model is None:
+    # A model call that could not be priced records None; no model call costs nothing.
+    if result.usage is None and result.model is None:
         return 0.0
     return result.cost
 

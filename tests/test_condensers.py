@@ -397,6 +397,13 @@ def test_llm_failures_fall_back_to_extractive_and_keep_the_log(
     assert evt.settings["fallback_from"] == "llm_summary"
     assert evt.settings["error"]
     assert evt.summary_model is None and missing_headings(evt.summary or "") == []
+    if failure == "invalid-twice":
+        # The two model calls that failed validation are still accounted for.
+        assert evt.settings["failed_calls"] == 2
+        assert evt.usage is not None and (evt.usage.prompt_tokens or 0) > 0
+        assert evt.cost is not None and evt.cost > 0
+    else:
+        assert evt.usage is None and evt.cost == 0.0
     # Planning wrote nothing; applying adds exactly one event and changes no other.
     assert [(e.seq, e.hash) for e in all_events(store, sid)] == before
     apply(store, view, proposal)
