@@ -579,7 +579,7 @@ def export_jsonl(store: EventStore, session_id: str, fp: IO[str]) -> int:
     """
     session = store.get_session(session_id)
     header = {"format": EXPORT_FORMAT, "session": session.model_dump(mode="json")}
-    fp.write(json.dumps(header, ensure_ascii=False) + "\n")
+    fp.write(json.dumps(header, ensure_ascii=True) + "\n")
     count = 0
     for stored in store.read(session_id):
         line = {
