@@ -69,6 +69,10 @@ class ViewOptions(BaseModel):
     """Keep the first system message verbatim (used when nothing was condensed yet)."""
     pin_first_user: bool = True
     """Keep the first user message verbatim (used when nothing was condensed yet)."""
+    keep_extra: bool = False
+    """Also send message fields that have no typed slot (``Message.extra``, kept so imports
+    round-trip exactly). Off by default: providers may reject keys such as a trajectory's
+    private ``thought`` or ``agent`` fields."""
 
 
 @dataclass(slots=True)
@@ -417,6 +421,7 @@ def _render(view: View) -> list[dict[str, Any]]:
     from .interop import to_openai
 
     options = view.options
+    extra = options.keep_extra
     msgs = [(_shown(i, options), i.pinned) for i in view.items]
     # Pair results with calls: every call's result goes right after its call group, a call
     # with no result gets an explicit interrupted result, a result with no call is left
@@ -438,14 +443,14 @@ def _render(view: View) -> list[dict[str, Any]]:
         if m.role == "tool" or (m.tool_results and m.role != "assistant"):
             rest = [p for p in m.parts if not isinstance(p, ToolResultPart)]
             if rest:
-                out.extend(to_openai(m.model_copy(update={"parts": rest})))
+                out.extend(to_openai(m.model_copy(update={"parts": rest}), extra=extra))
             continue
         own_results = [p for p in m.parts if isinstance(p, ToolResultPart)]
         if own_results:
             m = m.model_copy(
                 update={"parts": [p for p in m.parts if not isinstance(p, ToolResultPart)]}
             )
-        out.extend(to_openai(m))
+        out.extend(to_openai(m, extra=extra))
         if m.role == "assistant":
             for call in m.tool_calls:
                 queue = results.get(call.id)
@@ -458,10 +463,10 @@ def _render(view: View) -> list[dict[str, Any]]:
                         is_error=True,
                         state="interrupted",
                     )
-                    out.extend(to_openai(Message(role="tool", parts=[res])))
+                    out.extend(to_openai(Message(role="tool", parts=[res]), extra=extra))
                 else:
                     res, carrier = found
-                    out.extend(to_openai(carrier.model_copy(update={"parts": [res]})))
+                    out.extend(to_openai(carrier.model_copy(update={"parts": [res]}), extra=extra))
     if not summary_done:
         out.append({"role": options.summary_role, "content": options.summary_prefix + summary})
     return out

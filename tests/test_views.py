@@ -326,12 +326,19 @@ def test_swe_agent_histories_render_back_unchanged(store: EventStore) -> None:
         sid = store.create_session(title=path.name).id
         messages = [from_openai(m) for m in history]
         store.append(sid, messages)
+        # Exactly as stored, private keys included, when asked for ...
+        exact = store.view(sid, options=ViewOptions(keep_extra=True)).to_messages()
+        assert exact == history, path.name
+        # ... and provider-clean by default: only the chat format's own fields.
         rendered = store.view(sid).to_messages()
-        expected = [d for m in messages for d in to_openai(m)]
-        assert rendered == expected, path.name
+        assert rendered == [d for m in messages for d in to_openai(m, extra=False)]
+        standard = {"role", "content", "name", "tool_calls", "tool_call_id"}
         for got, raw in zip(rendered, history, strict=True):
+            assert set(got) <= standard, path.name
             assert got["role"] == raw["role"]
             assert got.get("content") == raw.get("content"), path.name
+            if raw.get("tool_calls"):
+                assert got["tool_calls"] == raw["tool_calls"]
 
 
 # --------------------------------------------------------------------------- audit
