@@ -17,15 +17,19 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from eventstore import Budget, EventStore
+from eventstore._core import encode
 from eventstore.codec import encode_event
 
 from .harness import Recorder, Settings, log, median, percentile
+from .raw import StoreSQL
 from .workload import condensation, raw_payload, step, to_message
 
 __all__ = ["Backend", "run_store", "DECISION_BUDGET", "decision_check"]
 
 WARMUP_APPENDS = 5
 MEMORY_REPS = 2
+#: The short tail of the like-for-like comparison with the peers' "last 50" reads.
+SHORT_TAIL = 50
 
 #: The budget the decision measure checks against: a 128k-token model with 8k reserved
 #: for output and a 5% buffer (what ``Budget.for_model`` gives gpt-4o-like models).
@@ -67,6 +71,7 @@ class _Session:
         self.store, self.raw, self.settings, self.rec, self.be = store, raw, settings, rec, be
         self.sid = store.create_session(title="benchmark").id
         self.head = 0
+        self.diag = StoreSQL(store.url, store.create_session(title="benchmark sql").id)
 
     def grow_to(self, size: int) -> None:
         """Batch-append workload events until the head is ``size``."""
@@ -98,13 +103,19 @@ class _Session:
         for _ in range(WARMUP_APPENDS):
             self._store_once()
             self._raw_once()
+            self._diag_once()
         for rep in range(reps):
             # Alternate one by one so that background noise hits both alike.
-            store_lat, raw_lat = [], []
+            store_lat, raw_lat, diag_lat = [], [], []
             for _ in range(n):
                 store_lat.append(self._store_once())
                 raw_lat.append(self._raw_once())
-            for subject, lat in (("eventstore", store_lat), (self.raw.name, raw_lat)):
+                diag_lat.append(self._diag_once())
+            for subject, lat in (
+                ("eventstore", store_lat),
+                (self.raw.name, raw_lat),
+                (self.diag.name, diag_lat),
+            ):
                 self.rec.add(
                     "append_single",
                     self.be,
@@ -128,6 +139,12 @@ class _Session:
         self.head = seq
         self._raw_pending = (self.sid, seq, raw_payload(step(seq)))
         return took
+
+    def _diag_once(self) -> float:
+        enc = encode(to_message(step(self.head)), self.store.token_counter)
+        t0 = time.perf_counter()
+        self.diag.append_one(enc.kind, enc.payload, enc.token_count, enc.part_rows)
+        return time.perf_counter() - t0
 
     def _raw_once(self) -> float:
         # The raw table receives the same row the store just wrote (same seq, same bytes).
@@ -186,6 +203,18 @@ def _views(sess: _Session, size: int) -> None:
         rec.add("view_memory", be, "eventstore", size, rep, peak_bytes=peak)
     ms = rec.med("ms", "view", be, "eventstore", size)
     log(f"{be}: view at {size}: {ms:.2f} ms")
+
+
+def _short_views(sess: _Session, size: int) -> None:
+    """The view once a newer condensation keeps only the last 50 events."""
+    store, rec, be, reps = sess.store, sess.rec, sess.be, sess.settings.reps
+    sess.append_other(condensation(sess.head, SHORT_TAIL))
+    _view_once(store, sess.sid)
+    for rep in range(reps):
+        took, info = _view_once(store, sess.sid)
+        rec.add(
+            "view", be, f"eventstore ({SHORT_TAIL}-event tail)", size, rep, ms=_ms(took), **info
+        )
 
 
 def _decision(sess: _Session, size: int) -> None:
@@ -267,8 +296,11 @@ def run_store(backend: Backend, settings: Settings, rec: Recorder) -> None:
                 sess.append_other(condensation(sess.head, settings.tail))
                 _views(sess, size)
                 _decision(sess, size)
+                _short_views(sess, size)
             sess.single_appends(size)
         _batch(store, raw, settings, rec, backend.name)
     finally:
         raw.close()
+        if "sess" in locals():
+            sess.diag.close()
         store.close()

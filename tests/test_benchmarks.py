@@ -1,0 +1,116 @@
+"""The benchmark harness runs end to end at tiny sizes and writes every table.
+
+Timings are not asserted: they depend on the machine. What is checked is that one
+command measures the store, the raw floors (and the peers when installed) on SQLite and
+Postgres, and that the report and the JSON hold every measure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import PG_URL, require_pg
+from sqlalchemy.engine import make_url
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks.report import TABLE_TITLES  # noqa: E402
+
+MEASURES = {"append_single", "append_batch", "view", "view_memory", "decision"}
+
+
+def _run(
+    tmp_path: Path, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks",
+            "--smoke",
+            "--out",
+            str(tmp_path / "out"),
+            "--workdir",
+            str(tmp_path / "db"),
+            *args,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=dict(os.environ),
+    )
+
+
+def _bench_pg_url() -> str:
+    # A database of its own next to the test database (the harness drops and recreates it).
+    name = f"{make_url(PG_URL).database}_bench"
+    return make_url(PG_URL).set(database=name).render_as_string(hide_password=False)
+
+
+def test_smoke_run_writes_every_table_for_both_backends(tmp_path: Path) -> None:
+    require_pg()
+    proc = _run(tmp_path, "--pg-url", _bench_pg_url())
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout == "", "progress belongs on stderr"
+    assert "done in" in proc.stderr
+
+    report = (tmp_path / "out" / "RESULTS.md").read_text()
+    for title in TABLE_TITLES:
+        assert title in report, title
+    for backend in ("| sqlite |", "| postgres |"):
+        assert backend in report
+    assert "(not measured)" not in report
+    assert "smoke mode" in report
+    # Every target has a verdict line, and the peers either ran or were skipped by name.
+    assert report.count("**pass**") + report.count("**FAIL**") >= 10
+    for peer in ("google-adk", "openai-agents"):
+        assert peer in report
+
+    data = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert data["mode"] == "smoke"
+    assert data["machine"]["postgres"]
+    assert data["machine"]["sqlite"]
+    seen = {(s["measure"], s["backend"]) for s in data["samples"]}
+    for measure in MEASURES:
+        for backend in ("sqlite", "postgres"):
+            assert (measure, backend) in seen, (measure, backend)
+    subjects = {s["subject"] for s in data["samples"] if s["measure"] == "append_single"}
+    assert {"eventstore", "sqlite3", "psycopg", "driver, store's SQL"} <= subjects
+    batch = {s["subject"] for s in data["samples"] if s["measure"] == "append_batch"}
+    assert {"eventstore", "sqlite3 executemany", "psycopg executemany", "psycopg COPY"} <= batch
+    # Every repetition is kept, with its individual latencies.
+    reps = [s for s in data["samples"] if s["measure"] == "append_single"]
+    assert all(len(s["values"]["latencies_ms"]) == 5 for s in reps)
+    assert {t["backend"] for t in data["targets"]} == {"sqlite", "postgres"}
+    assert set(data["profiles"]) == {"sqlite", "postgres"}
+    # The view keeps the same tail at every size: that is what makes it comparable.
+    views = [s for s in data["samples"] if s["measure"] == "view" and s["subject"] == "eventstore"]
+    assert len({s["values"]["messages"] for s in views}) == 1
+
+    for peer in ("google-adk", "openai-agents"):
+        ran = any(s["subject"] == peer for s in data["samples"])
+        skipped = any(peer in n and "skipped" in n for n in data["notes"])
+        assert ran != skipped, (peer, data["notes"])
+
+
+def test_unreachable_postgres_is_skipped_with_the_reason(tmp_path: Path) -> None:
+    url = "postgresql+psycopg://postgres@127.0.0.1:1/nothing_bench"
+    proc = _run(tmp_path, "--pg-url", url, "--no-peers")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = (tmp_path / "out" / "RESULTS.md").read_text()
+    assert "postgres: skipped" in report
+    assert "| sqlite | 100 |" in report and "| postgres | 100 |" not in report
+
+
+def test_refuses_to_drop_a_database_not_named_for_benchmarks(tmp_path: Path) -> None:
+    # The name is checked before connecting, so this needs no server.
+    proc = _run(tmp_path, "--pg-url", PG_URL, "--no-peers")
+    assert proc.returncode != 0
+    assert "must contain 'bench'" in proc.stderr
