@@ -35,6 +35,7 @@ __all__ = [
     "render_events",
     "summary_messages",
     "retry_message",
+    "skeleton",
     "clip",
 ]
 
@@ -174,8 +175,16 @@ def summary_messages(
     ask = "Write the updated summary of the previous summary and the new events."
     if focus:
         ask += f"\nFocus: {focus}"
+    # Ending on the skeleton to fill in makes even small models keep the headings.
+    ask += "\nFill in this template:\n\n" + skeleton()
     chunks.append(ask)
     return [{"role": "system", "content": system}, {"role": "user", "content": "\n\n".join(chunks)}]
+
+
+def skeleton() -> str:
+    """The empty template: every heading with a placeholder bullet."""
+    body = {HEADINGS[1]: "Done:\n- ...\nIn progress:\n- ..."}
+    return "\n\n".join(f"## {h}\n{body.get(h, '- ...')}" for h in HEADINGS)
 
 
 def retry_message(missing: Sequence[str]) -> dict[str, str]:
@@ -185,6 +194,7 @@ def retry_message(missing: Sequence[str]) -> dict[str, str]:
         "role": "user",
         "content": (
             f"The summary is missing these headings: {names}. Rewrite the whole summary with "
-            "all seven headings, in order, each on its own line."
+            "all seven headings, in order, each on its own line, filling in this template:"
+            f"\n\n{skeleton()}"
         ),
     }
