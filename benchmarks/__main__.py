@@ -19,7 +19,15 @@ from typing import Any
 
 from sqlalchemy.engine import make_url
 
-from .harness import MODES, Recorder, Settings, log, machine_info, package_versions
+from .harness import (
+    MODES,
+    Recorder,
+    Settings,
+    load_average,
+    log,
+    machine_info,
+    package_versions,
+)
 from .measures import Backend, run_store
 from .peers import ADK, OPENAI, run_peers
 from .raw import RawPostgres, RawSQLite, pg_conninfo
@@ -119,7 +127,7 @@ def _profile(backend: Backend, settings: Settings) -> dict[str, Any]:
 
     store = EventStore(backend.store_url, upgrade=True)
     try:
-        return profile_append(store, PROFILE_APPENDS[settings.mode])
+        return profile_append(store, PROFILE_APPENDS[settings.mode], settings.batch)
     finally:
         store.close()
 
@@ -158,6 +166,7 @@ def main(argv: list[str] | None = None) -> int:
         + {"full": "", "quick": " --quick", "smoke": " --smoke"}[settings.mode]
     )
     machine["duration_s"] = round(time.perf_counter() - started, 1)
+    machine["load_average_at_end"] = load_average()
     (out / "RESULTS.md").write_text(
         render(rec, settings, machine, packages, targets, profiles, command)
     )

@@ -26,6 +26,7 @@ __all__ = [
     "percentile",
     "timed",
     "machine_info",
+    "load_average",
     "package_versions",
 ]
 
@@ -246,7 +247,7 @@ def _cpu_model() -> str | None:
     return platform.processor() or None
 
 
-def _load_average() -> list[float] | None:
+def load_average() -> list[float] | None:
     try:
         return [round(x, 2) for x in os.getloadavg()]
     except OSError:
@@ -266,7 +267,7 @@ def machine_info(workdir: Path, pg_version: str | None) -> dict[str, Any]:
         "cpu_count": os.cpu_count(),
         "cpu_model": _cpu_model(),
         "memory": mem,
-        "load_average_at_start": _load_average(),
+        "load_average_at_start": load_average(),
         "platform": platform.platform(),
         "python": platform.python_version(),
         "sqlite": sqlite3.sqlite_version,

@@ -187,6 +187,21 @@ def decision_check(store: EventStore, sid: str, budget: Budget = DECISION_BUDGET
     return store.view(sid).tokens > budget.available
 
 
+def _policy_check() -> Callable[[EventStore, str], bool] | None:
+    """The condensers package's own trigger check, when the package is importable."""
+    try:
+        from condensers import CondensationPolicy
+    except ImportError:
+        return None
+    policy = CondensationPolicy(DECISION_BUDGET)
+
+    def check(store: EventStore, sid: str) -> bool:
+        view = store.view(sid)
+        return policy.decide(view, policy.pending_requests(store, view)).trigger is not None
+
+    return check
+
+
 def _naive_check(store: EventStore, sid: str, budget: Budget = DECISION_BUDGET) -> bool:
     """The same decision by reading the whole session and summing its token counts."""
     return sum(e.token_count for e in store.read(sid)) > budget.available
@@ -232,6 +247,21 @@ def _decision(sess: _Session, size: int) -> None:
             ms=_ms(time.perf_counter() - t0),
             over_budget=over,
         )
+    policy_check = _policy_check()
+    if policy_check is not None:
+        policy_check(store, sess.sid)
+        for rep in range(reps):
+            t0 = time.perf_counter()
+            fires = policy_check(store, sess.sid)
+            rec.add(
+                "decision",
+                be,
+                "CondensationPolicy.decide",
+                size,
+                rep,
+                ms=_ms(time.perf_counter() - t0),
+                over_budget=fires,
+            )
     for rep in range(sess.settings.decision_naive_reps):
         t0 = time.perf_counter()
         over = _naive_check(store, sess.sid)

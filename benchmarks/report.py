@@ -311,12 +311,14 @@ def _decision(rec: Recorder, settings: Settings) -> list[str]:
         for size in settings.view_sizes:
             v = rec.med("ms", "decision", be, "view.tokens", size)
             f = rec.med("ms", "decision", be, "full read", size)
+            pol = rec.med("ms", "decision", be, "CondensationPolicy.decide", size)
             r = _ratio(f, v)
             rows.append(
                 [
                     be,
                     f"{size:,}",
                     _fmt(v, 2),
+                    _fmt(pol, 2),
                     _fmt(f, 1),
                     "—" if r is None else f"{r:,.0f}×",
                 ]
@@ -326,6 +328,7 @@ def _decision(rec: Recorder, settings: Settings) -> list[str]:
             "backend",
             "session size",
             "view.tokens vs Budget ms",
+            "CondensationPolicy: view + pending requests + decide ms",
             "full read + sum of token counts ms",
             "full read / view",
         ],
@@ -401,25 +404,45 @@ def _profile(profiles: dict[str, Any]) -> list[str]:
     if not profiles:
         return ["(not profiled in this run)"]
     for be, prof in profiles.items():
+        one, many = prof["single"], prof["batch"]
         lines += [
-            f"**{be}**: {prof['ms_per_append_profiled']:.3f} ms per append under cProfile "
-            f"({prof['appends']} appends into a 1,000-event session; the profiler itself "
-            f"inflates Python-heavy layers). SQL statements per append: "
-            f"{prof['statements_per_append']} as sent by SQLAlchemy, plus the COMMIT "
-            "(and, on Postgres, the driver's implicit BEGIN).",
+            f"**{be}**: {one['ms_per_call_profiled']:.3f} ms per single append and "
+            f"{many['ms_per_call_profiled']:.1f} ms per {many['events']:,}-event batch under "
+            f"cProfile (into a 1,000-event session; the profiler inflates Python-heavy "
+            f"layers). SQL statements per single append: {one['statements_per_call']} as "
+            "sent by SQLAlchemy, plus the COMMIT (and, on Postgres, the driver's BEGIN).",
             "",
         ]
-        rows = [
-            [layer, f"{v['ms_per_append']:.3f}", f"{v['share']:.0%}"]
-            for layer, v in prof["layers"].items()
-        ]
-        lines += _table(["layer (self time)", "ms per append", "share"], rows)
-        lines += ["", "Top functions by self time:", ""]
-        rows = [
-            [f"`{t['function']}`", f"{t['self_ms_per_append']:.4f}", f"{t['calls_per_append']}"]
-            for t in prof["top"][:8]
-        ]
-        lines += _table(["function", "self ms per append", "calls per append"], rows)
+        rows = []
+        for layer in dict.fromkeys([*one["layers"], *many["layers"]]):
+            a = one["layers"].get(layer, {"ms_per_call": 0.0, "share": 0.0})
+            b = many["layers"].get(layer, {"ms_per_call": 0.0, "share": 0.0})
+            rows.append(
+                [
+                    layer,
+                    f"{a['ms_per_call']:.3f}",
+                    f"{a['share']:.0%}",
+                    f"{b['ms_per_call']:.1f}",
+                    f"{b['share']:.0%}",
+                ]
+            )
+        lines += _table(
+            [
+                "layer (self time)",
+                "single append ms",
+                "share",
+                f"{many['events']:,}-event batch ms",
+                "share",
+            ],
+            rows,
+        )
+        for label, prof_ in (("single append", one), ("batch append", many)):
+            lines += ["", f"Top functions by self time, {label}:", ""]
+            rows = [
+                [f"`{t['function']}`", f"{t['self_ms_per_call']:.4f}", f"{t['calls_per_call']}"]
+                for t in prof_["top"][:6]
+            ]
+            lines += _table(["function", "self ms per call", "calls per call"], rows)
         lines.append("")
     return lines
 
@@ -505,7 +528,9 @@ def render(
         "Whether a session needs condensing: build the view and compare `view.tokens` with "
         "`Budget(max_input_tokens=128_000, reserved_output=8_192, buffer=6_400).available`, "
         "against the approach a store without views is left with: read every event and sum "
-        "its token counts.",
+        "its token counts. The policy column is the condensers package's own check "
+        "(`CondensationPolicy(budget).decide(view, policy.pending_requests(store, view))`: "
+        "threshold, event count and manual requests).",
         "",
     ]
     lines += _decision(rec, settings)
