@@ -16,7 +16,9 @@ pipeline:
 A circuit breaker stops automatic (threshold and count) condensation after
 ``max_failures`` consecutive runs that failed to bring the view under the budget, and
 records a ``condenser.circuit_open`` event. Manual requests and overflows still run, and
-a successful run closes the breaker again.
+a successful run closes the breaker again. After ``retry_after_events`` more events the
+breaker lets one automatic attempt through (half-open); if it fails the breaker stays
+open for another ``retry_after_events``.
 """
 
 from __future__ import annotations
@@ -78,6 +80,8 @@ class CondensationPolicy:
         target: Aim for this fraction of the budget after condensing.
         max_events: Condense when the view holds more messages than this (``None``: off).
         max_failures: Consecutive failed automatic runs before the breaker opens.
+        retry_after_events: Events after which an open breaker allows one more automatic
+            attempt (``None``: stay open until a manual request or overflow succeeds).
         options: View options used to build and measure views.
         token_counter: Counts summary tokens (use the store's counter).
     """
@@ -91,6 +95,7 @@ class CondensationPolicy:
         target: float = 0.5,
         max_events: int | None = None,
         max_failures: int = 3,
+        retry_after_events: int | None = 50,
         options: ViewOptions | None = None,
         token_counter: TokenCounter | None = None,
     ) -> None:
@@ -102,10 +107,11 @@ class CondensationPolicy:
         self.target = target
         self.max_events = max_events
         self.max_failures = max_failures
+        self.retry_after_events = retry_after_events
         self.options = options
         self.token_counter = token_counter or HeuristicTokenCounter()
         self._failures: dict[str, int] = {}
-        self._open: set[str] = set()
+        self._open: dict[str, int] = {}
 
     # -- decisions
 
@@ -121,8 +127,11 @@ class CondensationPolicy:
             seq, req = requests[-1]
             target = min(self.budget.fraction(self.target), view.tokens // 2)
             return Decision("manual", req.focus, seq, target_tokens=target, force=True)
-        if self.is_open(view.session_id):
-            return Decision(None)
+        opened = self._open.get(view.session_id)
+        if opened is not None:
+            if self.retry_after_events is None or view.seq - opened < self.retry_after_events:
+                return Decision(None)
+            self._open[view.session_id] = view.seq  # half-open: one attempt, then wait again
         if view.tokens > self.budget.fraction(self.threshold):
             return Decision("threshold")
         if self.max_events is not None:
@@ -258,7 +267,7 @@ class CondensationPolicy:
             if failed and d.trigger in ("threshold", "count"):
                 self._failures[sid] = self._failures.get(sid, 0) + 1
                 if self._failures[sid] >= self.max_failures and sid not in self._open:
-                    self._open.add(sid)
+                    self._open[sid] = view.seq
                     events.append(
                         Custom(
                             name=CIRCUIT_OPEN,
@@ -273,7 +282,7 @@ class CondensationPolicy:
                     )
             elif not failed:
                 self._failures.pop(sid, None)
-                self._open.discard(sid)
+                self._open.pop(sid, None)
         return events
 
 

@@ -422,7 +422,7 @@ class LLMSummarizer:
         token_counter: Counts prompt tokens against ``window``; the default (three
             characters per token) errs on the side of smaller chunks.
         call_kwargs: Extra ``litellm.completion`` arguments, or a function of the call
-            number (0, 1, ...) returning them.
+            number (0, 1, ... counted over this summarizer's lifetime) returning them.
     """
 
     name = "llm_summary"

@@ -569,6 +569,22 @@ def test_circuit_breaker_opens_after_repeated_failures(store: EventStore) -> Non
     assert sum(1 for _ in store.read(sid, kinds=["message"])) == 5
 
 
+def test_open_breaker_retries_after_enough_new_events(store: EventStore) -> None:
+    sid = store.create_session().id
+    store.append(sid, [Message.system("rules " * 8000), Message.user("go")])
+    policy = CondensationPolicy(
+        small_budget(), max_failures=1, retry_after_events=5, token_counter=store.token_counter
+    )
+    assert policy.maybe_condense(store, sid).trigger == "threshold"  # fails, opens
+    assert policy.maybe_condense(store, sid).skipped == "circuit_open"
+    store.append(sid, [Message.assistant(f"m{i}") for i in range(5)])
+    half_open = policy.maybe_condense(store, sid)
+    assert half_open.trigger == "threshold" and not half_open.fits
+    assert policy.maybe_condense(store, sid).skipped == "circuit_open"
+    opened = [e for e in store.read(sid, kinds=["custom"]) if e.event.name == CIRCUIT_OPEN]
+    assert len(opened) == 1  # recorded once, not on every failed half-open attempt
+
+
 # --------------------------------------------------------------------------- reactive
 
 
