@@ -14,6 +14,7 @@ import shutil
 import sys
 import tempfile
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ from .harness import (
     log,
     machine_info,
     package_versions,
+    recorder_from_json,
 )
 from .measures import Backend, run_store
 from .peers import ADK, OPENAI, run_peers
@@ -53,6 +55,12 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--no-postgres", action="store_true", help="SQLite only")
     p.add_argument("--no-peers", action="store_true", help="skip the peer session stores")
     p.add_argument("--workdir", type=Path, help="where SQLite files go (default: a temp dir)")
+    p.add_argument(
+        "--render",
+        type=Path,
+        metavar="RESULTS_JSON",
+        help="only rewrite RESULTS.md from a saved results.json (no measuring)",
+    )
     return p.parse_args(argv)
 
 
@@ -132,8 +140,39 @@ def _profile(backend: Backend, settings: Settings) -> dict[str, Any]:
         store.close()
 
 
+def _render_only(path: Path, out: Path | None) -> int:
+    data = json.loads(path.read_text())
+    fields = {k: tuple(v) if isinstance(v, list) else v for k, v in data["settings"].items()}
+    settings = Settings(**fields)
+    rec = recorder_from_json(data)
+    targets = evaluate_targets(rec, settings)
+    data["targets"] = [asdict(t) for t in targets]
+    dest = out or path.parent
+    dest.mkdir(parents=True, exist_ok=True)
+    text = render(
+        rec,
+        settings,
+        data["machine"],
+        data["packages"],
+        targets,
+        data["profiles"],
+        _command(settings),
+    )
+    (dest / "RESULTS.md").write_text(text)
+    (dest / "results.json").write_text(json.dumps(data, indent=1) + "\n")
+    log(f"rewrote {dest / 'RESULTS.md'} from {path}")
+    return 0
+
+
+def _command(settings: Settings) -> str:
+    flag = {"full": "", "quick": " --quick", "smoke": " --smoke"}[settings.mode]
+    return "python -m benchmarks" + flag
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
+    if args.render:
+        return _render_only(args.render, args.out)
     settings = MODES["smoke" if args.smoke else "quick" if args.quick else "full"]
     out = args.out or (HERE if settings.mode == "full" else HERE / f"{settings.mode}-results")
     out.mkdir(parents=True, exist_ok=True)
@@ -161,17 +200,12 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(workdir, ignore_errors=True)
     targets = evaluate_targets(rec, settings)
     packages = package_versions()
-    command = (
-        "python -m benchmarks"
-        + {"full": "", "quick": " --quick", "smoke": " --smoke"}[settings.mode]
-    )
+    command = _command(settings)
     machine["duration_s"] = round(time.perf_counter() - started, 1)
     machine["load_average_at_end"] = load_average()
     (out / "RESULTS.md").write_text(
         render(rec, settings, machine, packages, targets, profiles, command)
     )
-    from dataclasses import asdict
-
     rec.extra.update(
         mode=settings.mode,
         settings=asdict(settings),

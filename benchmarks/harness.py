@@ -275,3 +275,11 @@ def machine_info(workdir: Path, pg_version: str | None) -> dict[str, Any]:
         "sqlite_dir_fs": _fs_type(workdir),
         "git_commit": _git_commit(),
     }
+
+
+def recorder_from_json(data: dict[str, Any]) -> Recorder:
+    """Rebuild a :class:`Recorder` from a ``results.json`` document."""
+    rec = Recorder(notes=list(data.get("notes", [])))
+    for s in data.get("samples", []):
+        rec.samples.append(Sample(**s))
+    return rec

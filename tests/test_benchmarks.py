@@ -99,6 +99,25 @@ def test_smoke_run_writes_every_table_for_both_backends(tmp_path: Path) -> None:
         skipped = any(peer in n and "skipped" in n for n in data["notes"])
         assert ran != skipped, (peer, data["notes"])
 
+    # The report can be rewritten from the saved JSON alone, identically.
+    again = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks",
+            "--render",
+            str(tmp_path / "out" / "results.json"),
+            "--out",
+            str(tmp_path / "again"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert (tmp_path / "again" / "RESULTS.md").read_text() == report
+
 
 def test_unreachable_postgres_is_skipped_with_the_reason(tmp_path: Path) -> None:
     url = "postgresql+psycopg://postgres@127.0.0.1:1/nothing_bench"
