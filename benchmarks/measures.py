@@ -1,10 +1,11 @@
 """Measures 1-4: the store against the raw-driver floors on one backend.
 
-One session grows through the append sizes by batch appends. At each size the single
-append latency of the store and of the raw floor are timed in alternating repetitions
-(so background noise hits both alike); at the view sizes a condensation that keeps the
-last ``tail`` events is appended first and the view build, its peak memory and the
-condensation decision are timed. Batch throughput is measured on a separate session.
+One session per size is built with batch appends and mirrored row for row into the raw
+floor's table. The view sizes get two condensations (keeping the last ``tail`` events,
+then the last 50). Then every measure is timed with the sizes taking turns inside each
+repetition, and the store, the floor and the diagnostic taking turns inside each size,
+so that a noisy machine blurs every figure alike instead of skewing one size. Batch
+throughput is measured on a separate session.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ WARMUP_APPENDS = 5
 MEMORY_REPS = 2
 #: The short tail of the like-for-like comparison with the peers' "last 50" reads.
 SHORT_TAIL = 50
+SHORT_SUBJECT = f"eventstore ({SHORT_TAIL}-event tail)"
 
 #: The budget the decision measure checks against: a 128k-token model with 8k reserved
 #: for output and a 5% buffer (what ``Budget.for_model`` gives gpt-4o-like models).
@@ -65,98 +67,101 @@ def _ms(seconds: float) -> float:
 
 
 class _Session:
-    """The growing benchmark session on the store, mirrored row for row on the raw floor."""
+    """One benchmark session on the store, mirrored row for row on the raw floor."""
 
-    def __init__(self, store: EventStore, raw: Raw, settings: Settings, rec: Recorder, be: str):
-        self.store, self.raw, self.settings, self.rec, self.be = store, raw, settings, rec, be
+    def __init__(self, store: EventStore, raw: Raw, be: str, batch: int):
+        self.store, self.raw, self.be, self.batch = store, raw, be, batch
         self.sid = store.create_session(title="benchmark").id
         self.head = 0
-        self.diag = StoreSQL(store.url, store.create_session(title="benchmark sql").id)
+        self.marks: dict[str, int] = {}
 
     def grow_to(self, size: int) -> None:
         """Batch-append workload events until the head is ``size``."""
         t0 = time.perf_counter()
         start = self.head
         while self.head < size:
-            last = min(size, self.head + self.settings.batch)
-            msgs = [to_message(step(s)) for s in range(self.head + 1, last + 1)]
+            last = min(size, self.head + self.batch)
+            seqs = range(self.head + 1, last + 1)
+            msgs = [to_message(step(s)) for s in seqs]
             self.store.append(self.sid, msgs, expected_seq=self.head)
-            self.raw.insert_many(
-                [
-                    (self.sid, s, encode_event(m))
-                    for s, m in zip(range(self.head + 1, last + 1), msgs, strict=True)
-                ]
-            )
+            rows = [(self.sid, s, encode_event(m)) for s, m in zip(seqs, msgs, strict=True)]
+            self.raw.insert_many(rows)
             self.head = last
         if self.head > start:
             took = time.perf_counter() - t0
-            log(f"{self.be}: grew session to {self.head} events in {took:.1f}s")
+            log(f"{self.be}: grew a session to {self.head:,} events in {took:.1f}s")
 
-    def append_other(self, evt: Any) -> None:
-        """Append a non-workload event to both (keeps their sizes equal)."""
+    def append_other(self, evt: Any) -> int:
+        """Append a non-workload event to both (keeps their sizes equal); return its seq."""
         self.store.append(self.sid, [evt], expected_seq=self.head)
         self.head += 1
         self.raw.insert_one((self.sid, self.head, encode_event(evt)))
+        return self.head
 
-    def single_appends(self, size: int) -> None:
-        n, reps = self.settings.single_appends, self.settings.reps
-        for _ in range(WARMUP_APPENDS):
-            self._store_once()
-            self._raw_once()
-            self._diag_once()
-        for rep in range(reps):
-            # Alternate one by one so that background noise hits both alike.
-            store_lat, raw_lat, diag_lat = [], [], []
-            for _ in range(n):
-                store_lat.append(self._store_once())
-                raw_lat.append(self._raw_once())
-                diag_lat.append(self._diag_once())
-            for subject, lat in (
-                ("eventstore", store_lat),
-                (self.raw.name, raw_lat),
-                (self.diag.name, diag_lat),
-            ):
-                self.rec.add(
-                    "append_single",
-                    self.be,
-                    subject,
-                    size,
-                    rep,
-                    median_ms=_ms(median(lat)),
-                    p95_ms=_ms(percentile(lat, 0.95)),
-                    latencies_ms=[_ms(x) for x in lat],
-                )
-        es = self.rec.med("median_ms", "append_single", self.be, "eventstore", size)
-        rw = self.rec.med("median_ms", "append_single", self.be, self.raw.name, size)
-        log(f"{self.be}: single append at {size}: store {es:.3f} ms, raw {rw:.3f} ms")
-
-    def _store_once(self) -> float:
+    def store_once(self) -> float:
         seq = self.head + 1
         msg = to_message(step(seq))
         t0 = time.perf_counter()
         self.store.append(self.sid, [msg], expected_seq=self.head)
         took = time.perf_counter() - t0
         self.head = seq
-        self._raw_pending = (self.sid, seq, raw_payload(step(seq)))
         return took
 
-    def _diag_once(self) -> float:
-        enc = encode(to_message(step(self.head)), self.store.token_counter)
-        t0 = time.perf_counter()
-        self.diag.append_one(enc.kind, enc.payload, enc.token_count, enc.part_rows)
-        return time.perf_counter() - t0
-
-    def _raw_once(self) -> float:
-        # The raw table receives the same row the store just wrote (same seq, same bytes).
-        row = self._raw_pending
+    def raw_once(self) -> float:
+        # The raw table receives the row the store just wrote (same seq, same bytes).
+        row = (self.sid, self.head, raw_payload(step(self.head)))
         t0 = time.perf_counter()
         self.raw.insert_one(row)
         return time.perf_counter() - t0
 
 
-def _view_once(store: EventStore, sid: str) -> tuple[float, dict[str, Any]]:
+def _single_appends(
+    sessions: dict[int, _Session], diag: StoreSQL, settings: Settings, rec: Recorder, be: str
+) -> None:
+    """Single appends at every size, interleaved: session sizes take turns within each
+    repetition, and the store, the floor and the diagnostic take turns within each size,
+    so that background noise hits every figure alike."""
+    n, reps = settings.single_appends, settings.reps
+
+    def diag_once(sess: _Session) -> float:
+        enc = encode(to_message(step(sess.head)), sess.store.token_counter)
+        t0 = time.perf_counter()
+        diag.append_one(enc.kind, enc.payload, enc.token_count, enc.part_rows)
+        return time.perf_counter() - t0
+
+    for sess in sessions.values():
+        for _ in range(WARMUP_APPENDS):
+            sess.store_once()
+            sess.raw_once()
+            diag_once(sess)
+    for rep in range(reps):
+        for size, sess in sessions.items():
+            lat: dict[str, list[float]] = {"eventstore": [], sess.raw.name: [], diag.name: []}
+            for _ in range(n):
+                lat["eventstore"].append(sess.store_once())
+                lat[sess.raw.name].append(sess.raw_once())
+                lat[diag.name].append(diag_once(sess))
+            for subject, xs in lat.items():
+                rec.add(
+                    "append_single",
+                    be,
+                    subject,
+                    size,
+                    rep,
+                    median_ms=_ms(median(xs)),
+                    p95_ms=_ms(percentile(xs, 0.95)),
+                    latencies_ms=[_ms(x) for x in xs],
+                )
+    raw_name = next(iter(sessions.values())).raw.name
+    for size in sessions:
+        es = rec.med("median_ms", "append_single", be, "eventstore", size)
+        rw = rec.med("median_ms", "append_single", be, raw_name, size)
+        log(f"{be}: single append at {size:,}: store {es:.3f} ms, raw {rw:.3f} ms")
+
+
+def _view_once(store: EventStore, sid: str, as_of: int) -> tuple[float, dict[str, Any]]:
     t0 = time.perf_counter()
-    view = store.view(sid)
+    view = store.view(sid, as_of=as_of)
     messages = view.to_messages()
     took = time.perf_counter() - t0
     return took, {
@@ -182,12 +187,14 @@ def _peak_memory(fn: Callable[[], Any]) -> int:
     return peak - base
 
 
-def decision_check(store: EventStore, sid: str, budget: Budget = DECISION_BUDGET) -> bool:
-    """Whether the session's current view exceeds the budget (the condensation trigger)."""
-    return store.view(sid).tokens > budget.available
+def decision_check(
+    store: EventStore, sid: str, as_of: int | None = None, budget: Budget = DECISION_BUDGET
+) -> bool:
+    """Whether the session's view exceeds the budget (the condensation trigger)."""
+    return store.view(sid, as_of=as_of).tokens > budget.available
 
 
-def _policy_check() -> Callable[[EventStore, str], bool] | None:
+def _policy_check() -> Callable[[EventStore, str, int], bool] | None:
     """The condensers package's own trigger check, when the package is importable."""
     try:
         from condensers import CondensationPolicy
@@ -195,90 +202,65 @@ def _policy_check() -> Callable[[EventStore, str], bool] | None:
         return None
     policy = CondensationPolicy(DECISION_BUDGET)
 
-    def check(store: EventStore, sid: str) -> bool:
-        view = store.view(sid)
+    def check(store: EventStore, sid: str, as_of: int) -> bool:
+        view = store.view(sid, as_of=as_of)
         return policy.decide(view, policy.pending_requests(store, view)).trigger is not None
 
     return check
 
 
-def _naive_check(store: EventStore, sid: str, budget: Budget = DECISION_BUDGET) -> bool:
+def _naive_check(store: EventStore, sid: str, as_of: int, budget: Budget = DECISION_BUDGET):
     """The same decision by reading the whole session and summing its token counts."""
-    return sum(e.token_count for e in store.read(sid)) > budget.available
+    return sum(e.token_count for e in store.read(sid, to_seq=as_of)) > budget.available
 
 
-def _views(sess: _Session, size: int) -> None:
-    store, rec, be, reps = sess.store, sess.rec, sess.be, sess.settings.reps
-    _view_once(store, sess.sid)  # warm-up
-    for rep in range(reps):
-        took, info = _view_once(store, sess.sid)
-        rec.add("view", be, "eventstore", size, rep, ms=_ms(took), **info)
+def _views(sessions: dict[int, _Session], settings: Settings, rec: Recorder, be: str) -> None:
+    """View build, memory and decision at every view size, sizes taking turns.
+
+    Each session holds two condensations at its size: one keeping ``settings.tail``
+    events and, after it, one keeping 50. ``as_of`` picks the view each one defines
+    (time travel is exact), so every view is built from the same session state.
+    """
+    store = next(iter(sessions.values())).store
+    reps = settings.reps
+    for rep in range(-1, reps):  # rep -1 is the warm-up
+        for size, sess in sessions.items():
+            for subject, mark in (("eventstore", "long"), (SHORT_SUBJECT, "short")):
+                took, info = _view_once(store, sess.sid, sess.marks[mark])
+                if rep >= 0:
+                    rec.add("view", be, subject, size, rep, ms=_ms(took), **info)
     for rep in range(MEMORY_REPS):
-        peak = _peak_memory(lambda: store.view(sess.sid).to_messages())
-        rec.add("view_memory", be, "eventstore", size, rep, peak_bytes=peak)
-    ms = rec.med("ms", "view", be, "eventstore", size)
-    log(f"{be}: view at {size}: {ms:.2f} ms")
+        for size, sess in sessions.items():
+            as_of = sess.marks["long"]
+            peak = _peak_memory(lambda s=sess, a=as_of: store.view(s.sid, as_of=a).to_messages())
+            rec.add("view_memory", be, "eventstore", size, rep, peak_bytes=peak)
+    for size in sessions:
+        ms = rec.med("ms", "view", be, "eventstore", size)
+        log(f"{be}: view at {size:,}: {ms:.2f} ms")
 
-
-def _short_views(sess: _Session, size: int) -> None:
-    """The view once a newer condensation keeps only the last 50 events."""
-    store, rec, be, reps = sess.store, sess.rec, sess.be, sess.settings.reps
-    sess.append_other(condensation(sess.head, SHORT_TAIL))
-    _view_once(store, sess.sid)
-    for rep in range(reps):
-        took, info = _view_once(store, sess.sid)
-        rec.add(
-            "view", be, f"eventstore ({SHORT_TAIL}-event tail)", size, rep, ms=_ms(took), **info
-        )
-
-
-def _decision(sess: _Session, size: int) -> None:
-    store, rec, be, reps = sess.store, sess.rec, sess.be, sess.settings.reps
-    decision_check(store, sess.sid)
-    for rep in range(reps):
-        t0 = time.perf_counter()
-        over = decision_check(store, sess.sid)
-        rec.add(
-            "decision",
-            be,
-            "view.tokens",
-            size,
-            rep,
-            ms=_ms(time.perf_counter() - t0),
-            over_budget=over,
-        )
     policy_check = _policy_check()
+    checks: list[tuple[str, Callable[[EventStore, str, int], bool], int]] = [
+        ("view.tokens", lambda st, sid, a: decision_check(st, sid, a), reps)
+    ]
     if policy_check is not None:
-        policy_check(store, sess.sid)
-        for rep in range(reps):
-            t0 = time.perf_counter()
-            fires = policy_check(store, sess.sid)
-            rec.add(
-                "decision",
-                be,
-                "CondensationPolicy.decide",
-                size,
-                rep,
-                ms=_ms(time.perf_counter() - t0),
-                over_budget=fires,
-            )
-    for rep in range(sess.settings.decision_naive_reps):
-        t0 = time.perf_counter()
-        over = _naive_check(store, sess.sid)
-        rec.add(
-            "decision",
-            be,
-            "full read",
-            size,
-            rep,
-            ms=_ms(time.perf_counter() - t0),
-            over_budget=over,
+        checks.append(("CondensationPolicy.decide", policy_check, reps))
+    checks.append(("full read", _naive_check, settings.decision_naive_reps))
+    for subject, check, n in checks:
+        for rep in range(-1, n):
+            for size, sess in sessions.items():
+                if rep < 0 and subject == "full read":
+                    continue
+                t0 = time.perf_counter()
+                over = check(store, sess.sid, sess.marks["long"])
+                took = time.perf_counter() - t0
+                if rep >= 0:
+                    rec.add("decision", be, subject, size, rep, ms=_ms(took), over_budget=over)
+    for size in sessions:
+        log(
+            f"{be}: decision at {size:,}: "
+            f"{rec.med('ms', 'decision', be, 'view.tokens', size):.2f} ms via the view, "
+            f"{rec.med('ms', 'decision', be, 'full read', size):.1f} ms by full read"
         )
-    log(
-        f"{be}: decision at {size}: "
-        f"{rec.med('ms', 'decision', be, 'view.tokens', size):.2f} ms via the view, "
-        f"{rec.med('ms', 'decision', be, 'full read', size):.1f} ms by full read"
-    )
 
 
 def _batch(store: EventStore, raw: Raw, settings: Settings, rec: Recorder, be: str) -> None:
@@ -318,19 +300,24 @@ def run_store(backend: Backend, settings: Settings, rec: Recorder) -> None:
     log(f"{backend.name}: eventstore vs raw floor")
     store = EventStore(backend.store_url, upgrade=True)
     raw = backend.make_raw()
+    diag = None
     try:
-        sess = _Session(store, raw, settings, rec, backend.name)
+        # One session per size, built with batch appends; the views' sizes get their two
+        # condensations right when they reach their size.
+        sessions: dict[int, _Session] = {}
         for size in settings.append_sizes:
+            sess = _Session(store, raw, backend.name, settings.batch)
             sess.grow_to(size)
             if size in settings.view_sizes:
-                sess.append_other(condensation(sess.head, settings.tail))
-                _views(sess, size)
-                _decision(sess, size)
-                _short_views(sess, size)
-            sess.single_appends(size)
+                sess.marks["long"] = sess.append_other(condensation(sess.head, settings.tail))
+                sess.marks["short"] = sess.append_other(condensation(sess.head, SHORT_TAIL))
+            sessions[size] = sess
+        _views({s: sessions[s] for s in settings.view_sizes}, settings, rec, backend.name)
+        diag = StoreSQL(store.url, store.create_session(title="benchmark sql").id)
+        _single_appends(sessions, diag, settings, rec, backend.name)
         _batch(store, raw, settings, rec, backend.name)
     finally:
         raw.close()
-        if "sess" in locals():
-            sess.diag.close()
+        if diag is not None:
+            diag.close()
         store.close()
