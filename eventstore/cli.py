@@ -145,6 +145,21 @@ pass_state = click.make_pass_decorator(_State)
 _json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 
 
+def _set_url(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
+    if value is not None:
+        state = ctx.find_object(_State)
+        if state is not None:
+            state.url = value
+            state.url_explicit = True
+
+
+# Every command also takes --db after its name (``eventstore db upgrade --db URL``), which
+# is how error messages spell the fix.
+_db_option = click.option(
+    "--db", expose_value=False, callback=_set_url, help="Database URL (overrides the global --db)."
+)
+
+
 def _emit_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, ensure_ascii=False, default=_json_default))
 
@@ -270,6 +285,7 @@ def _display_url(state: _State) -> str:
 @db.command("upgrade")
 @click.option("--revision", default="head", show_default=True, help="Target revision.")
 @_json_option
+@_db_option
 @pass_state
 def db_upgrade(state: _State, revision: str, as_json: bool) -> None:
     """Create the tables, or upgrade them to the newest schema."""
@@ -292,6 +308,7 @@ def db_upgrade(state: _State, revision: str, as_json: bool) -> None:
 
 @db.command("current")
 @_json_option
+@_db_option
 @pass_state
 def db_current(state: _State, as_json: bool) -> None:
     """Show the database's schema revision and the one this version needs."""
@@ -323,6 +340,7 @@ def db_current(state: _State, as_json: bool) -> None:
 
 @db.command("check")
 @_json_option
+@_db_option
 @pass_state
 def db_check(state: _State, as_json: bool) -> None:
     """Exit non-zero when the schema is behind or differs from the code."""
@@ -376,6 +394,7 @@ def sessions() -> None:
 @click.option("--user", "user_id", help="Only this user's sessions.")
 @click.option("-n", "--limit", default=20, show_default=True, help="How many (0: all).")
 @_json_option
+@_db_option
 @pass_state
 def sessions_list(state: _State, user_id: str | None, limit: int, as_json: bool) -> None:
     """Sessions of the tenant, newest first."""
@@ -398,6 +417,7 @@ def sessions_list(state: _State, user_id: str | None, limit: int, as_json: bool)
 @sessions.command("show")
 @click.argument("session")
 @_json_option
+@_db_option
 @pass_state
 def sessions_show(state: _State, session: str, as_json: bool) -> None:
     """A session's details: counts by kind, raw and current view tokens."""
@@ -442,6 +462,7 @@ def sessions_show(state: _State, session: str, as_json: bool) -> None:
 @click.option("--at", "at_seq", type=int, required=True, help="Share events up to this seq.")
 @click.option("--title", help="Title of the new session.")
 @_json_option
+@_db_option
 @pass_state
 def sessions_fork(
     state: _State, session: str, at_seq: int, title: str | None, as_json: bool
@@ -598,6 +619,7 @@ def _event_dict(stored: StoredEvent) -> dict[str, Any]:
 @click.option("--to", "to_seq", type=int, help="Last seq.")
 @click.option("--full", is_flag=True, help="Whole events, not one line each.")
 @_json_option
+@_db_option
 @pass_state
 def log_cmd(
     state: _State,
@@ -789,6 +811,7 @@ def _view_dict(view: View, budget: Budget | None) -> dict[str, Any]:
     "--messages", "as_messages", is_flag=True, help="Print the exact litellm messages (JSON)."
 )
 @_json_option
+@_db_option
 @pass_state
 def view_cmd(
     state: _State,
@@ -869,6 +892,7 @@ def view_cmd(
 @click.option("--max-input-tokens", type=int, help="Override the model's input window.")
 @click.option("--summary-model", help="Model for --strategy llm (default: --model).")
 @_json_option
+@_db_option
 @pass_state
 def condense_cmd(
     state: _State,
@@ -956,6 +980,7 @@ def _report_outcome(out: Any, as_json: bool, *, what: str) -> None:
 @click.option("--model", help="The agent's model: its window is the budget.")
 @click.option("--max-input-tokens", type=int, help="Override the model's input window.")
 @_json_option
+@_db_option
 @pass_state
 def prune_cmd(
     state: _State,
@@ -986,6 +1011,7 @@ def prune_cmd(
 @click.option("--all", "all_", is_flag=True, help="Every session of the tenant.")
 @click.option("--no-fingerprints", is_flag=True, help="Skip rebuilding recorded views.")
 @_json_option
+@_db_option
 @pass_state
 def verify_cmd(
     state: _State, session: str | None, all_: bool, no_fingerprints: bool, as_json: bool
@@ -1043,6 +1069,7 @@ def verify_cmd(
     type=click.Path(dir_okay=False, writable=True),
     help="Write here instead of stdout.",
 )
+@_db_option
 @pass_state
 def export_cmd(state: _State, session: str, fmt: str, output: str | None) -> None:
     """Write SESSION out as JSONL or OpenAI chat messages."""
@@ -1087,6 +1114,7 @@ def export_cmd(state: _State, session: str, fmt: str, output: str | None) -> Non
     "the hashes change).",
 )
 @_json_option
+@_db_option
 @pass_state
 def import_cmd(state: _State, file: str, fmt: str | None, new_ids: bool, as_json: bool) -> None:
     """Import FILE (an export, chat transcript or agent trajectory) as new sessions."""
@@ -1108,6 +1136,7 @@ def import_cmd(state: _State, file: str, fmt: str | None, new_ids: bool, as_json
 
 @cli.command("stats")
 @_json_option
+@_db_option
 @pass_state
 def stats_cmd(state: _State, as_json: bool) -> None:
     """Totals for the tenant: sessions, events, bytes, condensations, tokens saved."""

@@ -408,3 +408,11 @@ def test_url_comes_from_the_environment(tmp_path: Path, monkeypatch: pytest.Monk
     monkeypatch.setenv("EVENTSTORE_URL", url)
     result = CliRunner().invoke(cli, ["--tenant", "t", "sessions", "list", "--json"])
     assert result.exit_code == 0 and _json(result)[0]["id"] == sid
+
+
+def test_db_option_after_the_command_name(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'late.db'}"
+    runner = CliRunner()
+    assert runner.invoke(cli, ["db", "upgrade", "--db", url]).exit_code == 0
+    listed = runner.invoke(cli, ["sessions", "list", "--db", url, "--json"])
+    assert listed.exit_code == 0 and _json(listed) == []
