@@ -685,3 +685,15 @@ def test_original_events_stay_readable_after_every_strategy(store: EventStore) -
     assert cond is not None
     forgotten = list(store.forgotten(sid, cond.seq))
     assert forgotten and forgotten[0].seq == 3  # right after the pinned head
+
+
+def test_observation_masker_window_in_tokens(store: EventStore) -> None:
+    sid = agent_session(store, steps=10, out_lines=100)  # each result ~300 tokens
+    view = store.view(sid)
+    results = [i for i in view.items if i.message.role == "tool"]
+    per = results[0].tokens
+    masker = ObservationMasker(window_tokens=per * 3, minimum_tokens=1)
+    proposal = masker.plan(view, small_budget(), PlanContext(token_counter=store.token_counter))
+    assert proposal is not None
+    masked = sorted(r.seq for r in proposal.event.targets)  # type: ignore[union-attr]
+    assert masked == [i.seq for i in results][: len(results) - 3]  # three results fit
