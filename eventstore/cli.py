@@ -1242,7 +1242,7 @@ def demo_cmd(
             model=model,
             window=window or demo.DEFAULT_WINDOW,
             seed=demo.DEFAULT_SEED if seed is None else seed,
-            tenant=state.tenant if state.tenant != "default" else "demo",
+            tenant=state.tenant,
             progress=update,
             api_base=api_base,
         )

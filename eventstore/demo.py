@@ -1064,3 +1064,10 @@ def render_report(report: DemoReport, console: Any) -> None:
     for problem in v.get("problems", []):
         console.print(f"  [red]{problem}[/red]")
     console.print(f"done in {r.seconds.get('total', 0):.1f} s")
+    db = r.db.replace("sqlite:///" + str(Path.cwd()) + "/", "sqlite:///")
+    window = r.budget.get("max_input_tokens", 0)
+    console.print()
+    console.print("Look around:")
+    console.print(f"  eventstore --db {db} log {r.session_id} --kind condensation")
+    console.print(f"  eventstore --db {db} view {r.session_id} --max-input-tokens {window}")
+    console.print(f"  eventstore --db {db} view {r.session_id} --at 200 --messages")

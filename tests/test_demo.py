@@ -88,7 +88,7 @@ def test_demo_command_end_to_end_json(tmp_path: Path) -> None:
     data = json.loads(result.stdout)
     assert data["offline"] is True and data["turns"] == 120
     assert data["script_fingerprint"] == generate_session(120).fingerprint()
-    _check_report(data, url, "demo")
+    _check_report(data, url, "default")
 
 
 def test_demo_human_output_in_the_working_directory(
@@ -114,7 +114,7 @@ def test_demo_human_output_in_the_working_directory(
     assert db.exists()
     # Each run starts from a fresh file: still exactly one session afterwards.
     assert runner.invoke(cli, ["demo", "--turns", "30"]).exit_code == 0
-    with EventStore(f"sqlite:///{db}", tenant="demo") as store:
+    with EventStore(f"sqlite:///{db}", tenant="default") as store:
         assert len(store.list_sessions(limit=None)) == 1
 
 
@@ -154,7 +154,7 @@ def test_live_model_failure_is_recorded_and_reported(
     assert result.exit_code == 1
     assert "the call to openai/nothing-here failed" in result.stderr
     assert "Traceback" not in result.output
-    with EventStore(url, tenant="demo") as store:
+    with EventStore(url, tenant="default") as store:
         (session,) = store.list_sessions()
         calls = [e.event for e in store.read(session.id, kinds=["llm_call"])]
         assert len(calls) == 1 and calls[0].error and calls[0].view_seq == 2
