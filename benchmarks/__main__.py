@@ -32,7 +32,7 @@ from .harness import (
 )
 from .measures import Backend, run_store
 from .peers import ADK, OPENAI, run_peers
-from .raw import RawPostgres, RawSQLite, pg_conninfo
+from .raw import RawPostgres, RawSQLite, pg_autovacuum, pg_conninfo
 from .report import evaluate_targets, render
 
 DEFAULT_PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/eventstore_bench"
@@ -186,6 +186,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         backends, pg_version = _backends(args, workdir, rec)
         machine = machine_info(workdir, pg_version)
+        if pg_version is not None:
+            machine["postgres_autovacuum"] = pg_autovacuum(backends[-1].store_url)
+            machine["postgres_analyze"] = (
+                "run by the harness after each build (every 20,000 events)"
+            )
         log(f"{settings.mode} mode; SQLite files in {workdir}; results to {out}")
         profiles: dict[str, Any] = {}
         for backend in backends:

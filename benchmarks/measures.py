@@ -22,7 +22,7 @@ from eventstore._core import encode
 from eventstore.codec import encode_event
 
 from .harness import Recorder, Settings, log, median, percentile
-from .raw import StoreSQL
+from .raw import StoreSQL, pg_analyze
 from .workload import condensation, raw_payload, step, to_message
 
 __all__ = ["Backend", "run_store", "DECISION_BUDGET", "decision_check"]
@@ -32,6 +32,9 @@ MEMORY_REPS = 2
 #: The short tail of the like-for-like comparison with the peers' "last 50" reads.
 SHORT_TAIL = 50
 SHORT_SUBJECT = f"eventstore ({SHORT_TAIL}-event tail)"
+#: On Postgres, statistics are refreshed every this many events while a session grows
+#: (autovacuum's autoanalyze would do it; some servers run with autovacuum off).
+ANALYZE_EVERY = 20_000
 
 #: The budget the decision measure checks against: a 128k-token model with 8k reserved
 #: for output and a 5% buffer (what ``Budget.for_model`` gives gpt-4o-like models).
@@ -71,6 +74,7 @@ class _Session:
 
     def __init__(self, store: EventStore, raw: Raw, be: str, batch: int):
         self.store, self.raw, self.be, self.batch = store, raw, be, batch
+        self.pg = store.dialect == "postgresql"
         self.sid = store.create_session(title="benchmark").id
         self.head = 0
         self.marks: dict[str, int] = {}
@@ -87,6 +91,8 @@ class _Session:
             rows = [(self.sid, s, encode_event(m)) for s, m in zip(seqs, msgs, strict=True)]
             self.raw.insert_many(rows)
             self.head = last
+            if self.pg and self.head % ANALYZE_EVERY == 0:
+                pg_analyze(self.store.url)
         if self.head > start:
             took = time.perf_counter() - t0
             log(f"{self.be}: grew a session to {self.head:,} events in {took:.1f}s")
@@ -312,9 +318,13 @@ def run_store(backend: Backend, settings: Settings, rec: Recorder) -> None:
                 sess.marks["long"] = sess.append_other(condensation(sess.head, settings.tail))
                 sess.marks["short"] = sess.append_other(condensation(sess.head, SHORT_TAIL))
             sessions[size] = sess
+        if store.dialect == "postgresql":
+            pg_analyze(store.url)
         _views({s: sessions[s] for s in settings.view_sizes}, settings, rec, backend.name)
         diag = StoreSQL(store.url, store.create_session(title="benchmark sql").id)
         _single_appends(sessions, diag, settings, rec, backend.name)
+        if store.dialect == "postgresql":
+            pg_analyze(store.url)
         _batch(store, raw, settings, rec, backend.name)
     finally:
         raw.close()

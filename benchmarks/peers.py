@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from .harness import Recorder, Settings, log, median, percentile
+from .raw import pg_analyze
 from .workload import Step, step
 
 __all__ = ["PEERS", "run_peers", "peer_available"]
@@ -56,6 +57,7 @@ class _AdkAdapter:
         from google.adk.sessions import DatabaseSessionService
 
         self.svc = DatabaseSessionService(db_url=url)
+        self.url = url
         self.session: Any = None
 
     async def open(self) -> None:
@@ -199,6 +201,9 @@ async def _run_peer(adapter: Any, settings: Settings, rec: Recorder, be: str) ->
                 await adapter.append_batch([step(s) for s in range(head + 1, size + 1)])
                 head = size
             log(f"{be}: {name} grew to {head} events in {time.perf_counter() - t0:.1f}s")
+        if adapter.url.startswith("postgresql"):
+            # Same treatment as the store: fresh statistics before timing.
+            pg_analyze(adapter.url)
         for _ in range(WARMUP):
             head += 1
             await adapter.append(step(head))

@@ -168,3 +168,32 @@ class StoreSQL:
 
     def close(self) -> None:
         self.conn.close()
+
+
+def pg_analyze(url: str) -> None:
+    """``ANALYZE`` a Postgres database (what autovacuum's autoanalyze would have done).
+
+    Without statistics the planner sizes tables by their first, empty state, and the plans
+    a connection caches for the foreign-key checks stay tuned for an empty table. ANALYZE
+    refreshes the statistics and invalidates those cached plans.
+    """
+    import psycopg
+
+    u = make_url(url).set(drivername="postgresql+psycopg")
+    with psycopg.connect(
+        **pg_conninfo(u.render_as_string(hide_password=False)), autocommit=True
+    ) as conn:
+        conn.execute("ANALYZE")
+
+
+def pg_autovacuum(url: str) -> str | None:
+    """The server's ``autovacuum`` setting, or None when it cannot be read."""
+    import psycopg
+
+    u = make_url(url).set(drivername="postgresql+psycopg")
+    try:
+        with psycopg.connect(**pg_conninfo(u.render_as_string(hide_password=False))) as conn:
+            row = conn.execute("SHOW autovacuum").fetchone()
+            return str(row[0]) if row else None
+    except psycopg.Error:
+        return None
