@@ -36,7 +36,8 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 def canonical_json(value: Any) -> str:
     """Deterministic JSON text for ``value`` that always encodes to UTF-8."""
     text = json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
-    if _SURROGATE.search(text):
+    # isascii() is a fast exit: a surrogate is never ASCII, and most payloads are.
+    if not text.isascii() and _SURROGATE.search(text):
         # Only strings can hold a surrogate, and inside a JSON string ``\\uXXXX`` is valid.
         text = _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
     return text
@@ -53,7 +54,7 @@ def column_text(value: str | None, limit: int) -> str | None:
         return None
     if "\x00" in value:
         value = value.replace("\x00", "\\u0000")
-    if _SURROGATE.search(value):
+    if not value.isascii() and _SURROGATE.search(value):
         value = _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", value)
     return value[:limit]
 
@@ -62,7 +63,7 @@ def storable_text_error(value: str) -> str | None:
     """Why ``value`` cannot be stored as-is in a text column on every backend, or None."""
     if "\x00" in value:
         return "contains a NUL character"
-    if _SURROGATE.search(value):
+    if not value.isascii() and _SURROGATE.search(value):
         return "contains a lone surrogate (not valid Unicode text)"
     return None
 
