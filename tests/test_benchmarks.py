@@ -11,9 +11,12 @@ import json
 import os
 import subprocess
 import sys
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
-from conftest import PG_URL, require_pg
+import pytest
+from conftest import PG_URL, drop_pg_database, require_pg
 from sqlalchemy.engine import make_url
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -48,15 +51,20 @@ def _run(
     )
 
 
-def _bench_pg_url() -> str:
-    # A database of its own next to the test database (the harness drops and recreates it).
-    name = f"{make_url(PG_URL).database}_bench"
-    return make_url(PG_URL).set(database=name).render_as_string(hide_password=False)
-
-
-def test_smoke_run_writes_every_table_for_both_backends(tmp_path: Path) -> None:
+@pytest.fixture
+def bench_pg_url() -> Iterator[str]:
+    """Databases of their own for one run (the harness drops and recreates them by name),
+    so concurrent test runs never drop each other's."""
     require_pg()
-    proc = _run(tmp_path, "--pg-url", _bench_pg_url())
+    name = f"{make_url(PG_URL).database}_bench_{uuid.uuid4().hex[:8]}"
+    url = make_url(PG_URL).set(database=name).render_as_string(hide_password=False)
+    yield url
+    for suffix in ("", "_adk", "_openai"):
+        drop_pg_database(make_url(url).set(database=name + suffix).render_as_string(False))
+
+
+def test_smoke_run_writes_every_table_for_both_backends(tmp_path: Path, bench_pg_url: str) -> None:
+    proc = _run(tmp_path, "--pg-url", bench_pg_url)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout == "", "progress belongs on stderr"
     assert "done in" in proc.stderr
