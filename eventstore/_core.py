@@ -261,10 +261,15 @@ def list_sessions(
 
 def lineage(conn: Connection, tenant: str, session_id: str) -> list[Segment]:
     """Where each seq range of a session's log is stored, oldest first."""
+    return lineage_and_head(conn, tenant, session_id)[0]
+
+
+def lineage_and_head(conn: Connection, tenant: str, session_id: str) -> tuple[list[Segment], int]:
+    """The session's lineage segments and its head seq, from the same session row."""
     _check_lookup(tenant, session_id)
     chain: list[tuple[str, str | None, int | None]] = []
     row = conn.execute(
-        select(sessions.c.id, sessions.c.parent_id, sessions.c.fork_seq).where(
+        select(sessions.c.id, sessions.c.parent_id, sessions.c.fork_seq, sessions.c.head_seq).where(
             sessions.c.id == session_id, sessions.c.tenant == tenant
         )
     ).first()
@@ -289,7 +294,7 @@ def lineage(conn: Connection, tenant: str, session_id: str) -> list[Segment]:
         if fork_seq is not None:
             cap = fork_seq if cap is None else min(cap, fork_seq)
     segments.reverse()
-    return segments
+    return segments, row.head_seq
 
 
 def clip(segments: Sequence[Segment], lo: int, hi: int) -> list[Segment]:

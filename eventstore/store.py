@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 from pydantic_core import PydanticSerializationError
-from sqlalchemy import create_engine, event, select
+from sqlalchemy import create_engine, event
 from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 
@@ -38,7 +38,6 @@ from .errors import (
 from .events import EVENT_ADAPTER, Condensation, Event, Part, PartRef
 from .migrate import ensure_schema
 from .records import AppendResult, Session, StoredEvent, VerifyReport
-from .schema import sessions
 from .tokens import HeuristicTokenCounter, TokenCounter
 
 if TYPE_CHECKING:
@@ -395,7 +394,7 @@ class EventStore(_Base):
         The upper bound is fixed when iteration starts (the head at that moment), so later
         appends do not extend a running read. Memory stays bounded for any session size.
         """
-        segments, head = self._run(self._segments_and_head, session_id)
+        segments, head = self._run(_core.lineage_and_head, self.tenant, session_id)
         last = head if to_seq is None else min(to_seq, head)
         after = max(from_seq, 1) - 1
         kind_list = list(kinds) if kinds is not None else None
@@ -406,15 +405,9 @@ class EventStore(_Base):
             yield from page
             after = page[-1].seq
 
-    def _segments_and_head(self, conn: Connection, session_id: str) -> tuple[Any, int]:
-        segments = _core.lineage(conn, self.tenant, session_id)
-        head = conn.execute(select(sessions.c.head_seq).where(sessions.c.id == session_id))
-        return segments, head.scalar_one()
-
     def verify(self, session_id: str, *, fingerprints: bool = True) -> VerifyReport:
         """Check gapless seqs and the hash chain, and re-check recorded view fingerprints."""
-        session = self.get_session(session_id)
-        segments, head = self._run(self._segments_and_head, session_id)
+        segments, head = self._run(_core.lineage_and_head, self.tenant, session_id)
         report = VerifyReport(session_id=session_id, ok=True, head_seq=head)
         expected, prev, after = 1, None, 0
         while after < head:
@@ -428,7 +421,7 @@ class EventStore(_Base):
         if fingerprints:
             from .views import verify_llm_calls
 
-            verify_llm_calls(self, session, report)
+            verify_llm_calls(self, session_id, report)
         report.ok = not report.problems
         return report
 
@@ -618,13 +611,7 @@ class AsyncEventStore(_Base):
         kinds: Iterable[str] | None = None,
     ) -> AsyncIterator[StoredEvent]:
         """See :meth:`EventStore.read`."""
-
-        def _seg(conn: Connection) -> tuple[Any, int]:
-            segments = _core.lineage(conn, self.tenant, session_id)
-            head = conn.execute(select(sessions.c.head_seq).where(sessions.c.id == session_id))
-            return segments, head.scalar_one()
-
-        segments, head = await self._run(_seg)
+        segments, head = await self._run(_core.lineage_and_head, self.tenant, session_id)
         last = head if to_seq is None else min(to_seq, head)
         after = max(from_seq, 1) - 1
         kind_list = list(kinds) if kinds is not None else None

@@ -27,7 +27,7 @@ from .codec import canonical_json
 from .errors import InvalidEventError, NotFoundError
 from .events import Condensation, LLMCall, Message, PartRef, ToolResultPart, Usage
 from .records import StoredEvent, VerifyReport
-from .schema import events, fork_compactions, parts, sessions
+from .schema import events, fork_compactions, parts
 from .tokens import MESSAGE_OVERHEAD, TokenCounter
 
 if TYPE_CHECKING:
@@ -184,8 +184,7 @@ def build_view(
 ) -> View:
     """Materialize the view of ``session_id`` at ``as_of`` (default: the head)."""
     options = options or ViewOptions()
-    segments = _core.lineage(conn, tenant, session_id)
-    head = conn.execute(select(sessions.c.head_seq).where(sessions.c.id == session_id)).scalar_one()
+    segments, head = _core.lineage_and_head(conn, tenant, session_id)
     seq = head if as_of is None else as_of
     if not 0 <= seq <= head:
         raise InvalidEventError(f"as_of: {as_of} is outside 0..{head} for session {session_id}")
@@ -561,15 +560,15 @@ def record_llm_call(
     return store.append(session_id, batch, expected_seq=expected_seq)[0]
 
 
-def verify_llm_calls(store: EventStore, session: Any, report: VerifyReport) -> None:
+def verify_llm_calls(store: EventStore, session_id: str, report: VerifyReport) -> None:
     """Rebuild every recorded view and compare fingerprints; problems go to ``report``."""
-    for stored in store.read(session.id, kinds=["llm_call"]):
+    for stored in store.read(session_id, kinds=["llm_call"]):
         call = stored.event
         assert isinstance(call, LLMCall)
         report.llm_calls += 1
         try:
             options = ViewOptions(**call.render_options)
-            view = store.view(session.id, as_of=call.view_seq, options=options)
+            view = store.view(session_id, as_of=call.view_seq, options=options)
         except (InvalidEventError, NotFoundError, ValueError) as exc:
             report.problems.append(f"seq {stored.seq}: cannot rebuild view: {exc}")
             continue
