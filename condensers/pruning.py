@@ -57,6 +57,34 @@ def _scaled(absolute: int, fraction: float, budget: Budget) -> int:
     return min(absolute, max(budget.fraction(fraction), 1))
 
 
+def _prune_proposal(
+    name: str,
+    settings: dict[str, Any],
+    view: View,
+    targets: list[PartRef],
+    freed: int,
+    ctx: PlanContext,
+    started: float,
+) -> Proposal:
+    """The :class:`Prune` both pruning strategies propose, targets in log order."""
+    targets.sort(key=lambda r: (r.seq, r.index))
+    evt = Prune(
+        targets=targets,
+        tokens_freed=freed,
+        strategy=name,
+        settings=settings,
+        trigger=ctx.trigger,
+    )
+    return Proposal(
+        event=evt,
+        condenser=name,
+        tokens_before=view.tokens,
+        tokens_after=view.tokens - freed,
+        view_seq=view.seq,
+        latency_ms=(time.perf_counter() - started) * 1000,
+    )
+
+
 class ToolOutputPruner:
     """Compact old tool outputs once enough can be freed.
 
@@ -133,23 +161,8 @@ class ToolOutputPruner:
                     freed += gain
         if not targets or freed < (1 if ctx.force else minimum):
             return None
-        targets.sort(key=lambda r: (r.seq, r.index))
         settings = {**self.settings(), "effective_protect": protect, "effective_minimum": minimum}
-        evt = Prune(
-            targets=targets,
-            tokens_freed=freed,
-            strategy=self.name,
-            settings=settings,
-            trigger=ctx.trigger,
-        )
-        return Proposal(
-            event=evt,
-            condenser=self.name,
-            tokens_before=view.tokens,
-            tokens_after=view.tokens - freed,
-            view_seq=view.seq,
-            latency_ms=(time.perf_counter() - started) * 1000,
-        )
+        return _prune_proposal(self.name, settings, view, targets, freed, ctx, started)
 
 
 class ObservationMasker:
@@ -228,19 +241,5 @@ class ObservationMasker:
                     freed += gain
         if not targets or freed < (1 if ctx.force else minimum):
             return None
-        targets.sort(key=lambda r: (r.seq, r.index))
-        evt = Prune(
-            targets=targets,
-            tokens_freed=freed,
-            strategy=self.name,
-            settings={**self.settings(), "effective_minimum": minimum},
-            trigger=ctx.trigger,
-        )
-        return Proposal(
-            event=evt,
-            condenser=self.name,
-            tokens_before=view.tokens,
-            tokens_after=view.tokens - freed,
-            view_seq=view.seq,
-            latency_ms=(time.perf_counter() - started) * 1000,
-        )
+        settings = {**self.settings(), "effective_minimum": minimum}
+        return _prune_proposal(self.name, settings, view, targets, freed, ctx, started)
