@@ -1,0 +1,124 @@
+"""Render time of the audit viewer's pages on a 100k-event session.
+
+Builds (once) a SQLite session of ``--events`` events shaped like a long agent run: tool
+calls and results, a condensation every 1,000 events, a prune every 500 and an llm call
+every 10; then times each route through Starlette's TestClient, cold (first request of a
+fresh application) and warm (median of five).
+
+    python -m benchmarks.viewer_pages [--events 100000] [--db /tmp/viewer-bench.db]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+from pathlib import Path
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+
+def build(path: Path, n: int) -> str:
+    from eventstore import Condensation, EventStore, Message, PartRef, Prune, ToolCallPart
+
+    store = EventStore(f"sqlite:///{path}", upgrade=True, sqlite_synchronous="NORMAL")
+    found = store.list_sessions(limit=1)
+    if found and found[0].head_seq >= n:
+        store.close()
+        return found[0].id
+    sid = store.create_session(title=f"{n:,}-event benchmark").id
+    store.append(sid, [Message.system("You are an agent."), Message.user("Do the long task.")])
+    seq, last_cond, batch = 2, 0, []
+    while seq < n:
+        seq += 1
+        if seq % 1000 == 0:
+            batch.append(
+                Condensation(
+                    forgotten_from=3,
+                    forgotten_to=seq - 200,
+                    summary=f"summary up to {seq}",
+                    summary_tokens=200,
+                    pinned=[1, 2],
+                    forgotten_events=seq - 202,
+                    condenser="extractive",
+                    trigger="threshold",
+                    supersedes=last_cond or None,
+                )
+            )
+            last_cond = seq
+        elif seq % 500 == 0:
+            store.append(sid, batch)  # the prune's target must be stored first
+            batch = [Prune(targets=[PartRef(seq=seq - 2, index=0)], tokens_freed=100)]
+        elif seq % 10 == 0:
+            batch.append(Message.user(f"note {seq}"))
+        elif seq % 2 == 1:
+            call = ToolCallPart(id=f"c{seq}", name="bash", arguments=f"cat file{seq}.py")
+            batch.append(Message.assistant("reading", tool_calls=[call]))
+        else:
+            batch.append(Message.tool(f"c{seq - 1}", "line of output\n" * 20, name="bash"))
+        if len(batch) >= 2000 or seq >= n:
+            store.append(sid, batch)
+            batch = []
+    store.close()
+    return sid
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--events", type=int, default=100_000)
+    parser.add_argument("--db", default="/tmp/viewer-bench.db")
+    args = parser.parse_args()
+    from starlette.testclient import TestClient
+
+    from eventstore import EventStore
+    from eventstore.cli.viewer import create_app
+
+    sid = build(Path(args.db), args.events)
+    store = EventStore(f"sqlite:///{args.db}", upgrade=False)
+    head = store.head(sid)
+    routes = [
+        "/",
+        f"/sessions/{sid}",
+        f"/sessions/{sid}/events",
+        f"/sessions/{sid}/events?after={head - 150}",
+        f"/sessions/{sid}/events?kind=condensation",
+        f"/sessions/{sid}/events/{head // 2}",
+        f"/sessions/{sid}/events/{(head // 1000) * 1000}",
+        f"/sessions/{sid}/view?at={head // 2}",
+        f"/sessions/{sid}/view",
+        f"/sessions/{sid}/chart",
+        f"/sessions/{sid}/row",
+    ]
+    client = TestClient(create_app(store))
+    print(f"session {sid}: {head:,} events")
+    print(f"{'route':<60} {'cold ms':>8} {'warm ms':>8}")
+    for url in routes:
+        t = time.perf_counter()
+        r = client.get(url)
+        cold = (time.perf_counter() - t) * 1000
+        warm = []
+        for _ in range(5):
+            t = time.perf_counter()
+            r = client.get(url)
+            warm.append((time.perf_counter() - t) * 1000)
+        assert r.status_code == 200, (url, r.status_code)
+        print(f"{url.replace(sid, 'ID'):<60} {cold:>8.0f} {statistics.median(warm):>8.0f}")
+    # The chart's one read of the log runs in the background; wait for it and time again.
+    t = time.perf_counter()
+    while "<svg" not in client.get(f"/sessions/{sid}/chart").text:
+        time.sleep(0.2)
+    print(f"background digest of the log ready after {time.perf_counter() - t:.1f} s more")
+    for url in (f"/sessions/{sid}/chart", f"/sessions/{sid}/row", f"/sessions/{sid}/events"):
+        warm = []
+        for _ in range(5):
+            t = time.perf_counter()
+            client.get(url)
+            warm.append((time.perf_counter() - t) * 1000)
+        label = url.replace(sid, "ID") + " (digest ready)"
+        print(f"{label:<60} {'':>8} {statistics.median(warm):>8.0f}")
+    store.close()
+
+
+if __name__ == "__main__":
+    main()
