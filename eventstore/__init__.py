@@ -8,13 +8,16 @@ if TYPE_CHECKING:
     from .budget import Budget
     from .errors import (
         BudgetError,
+        ConfigurationError,
         ConflictError,
         EventStoreError,
         IdempotencyError,
+        IdempotencyMismatchError,
         InvalidEventError,
         NotFoundError,
         PayloadTooLargeError,
         SchemaError,
+        StorageBusyError,
         StorageError,
     )
     from .events import (
@@ -36,16 +39,9 @@ if TYPE_CHECKING:
         decode_tool_output,
     )
     from .records import AppendResult, Session, StoredEvent, VerifyReport
-    from .store import AsyncEventStore, EventStore
+    from .store import AsyncEventStore, EventStore, calibrated_tokens, record_llm_call
     from .tokens import HeuristicTokenCounter, LiteLLMTokenCounter, TokenCounter
-    from .views import (
-        View,
-        ViewItem,
-        ViewOptions,
-        calibrated_tokens,
-        fingerprint,
-        record_llm_call,
-    )
+    from .views import View, ViewItem, ViewOptions, fingerprint
 
 # Public names are loaded on first use, so that importing a submodule (the command line,
 # for one) does not pay for SQLAlchemy and pydantic before it needs them.
@@ -56,6 +52,7 @@ _LAZY: dict[str, str] = {
     "BudgetError": "errors",
     "Condensation": "events",
     "CondensationRequest": "events",
+    "ConfigurationError": "errors",
     "ConflictError": "errors",
     "Custom": "events",
     "Event": "events",
@@ -64,6 +61,7 @@ _LAZY: dict[str, str] = {
     "FilePart": "events",
     "HeuristicTokenCounter": "tokens",
     "IdempotencyError": "errors",
+    "IdempotencyMismatchError": "errors",
     "InvalidEventError": "errors",
     "LLMCall": "events",
     "LiteLLMTokenCounter": "tokens",
@@ -76,6 +74,7 @@ _LAZY: dict[str, str] = {
     "ReasoningPart": "events",
     "SchemaError": "errors",
     "Session": "records",
+    "StorageBusyError": "errors",
     "StorageError": "errors",
     "StoredEvent": "records",
     "TextPart": "events",
@@ -87,10 +86,10 @@ _LAZY: dict[str, str] = {
     "View": "views",
     "ViewItem": "views",
     "ViewOptions": "views",
-    "calibrated_tokens": "views",
+    "calibrated_tokens": "store",
     "decode_tool_output": "events",
     "fingerprint": "views",
-    "record_llm_call": "views",
+    "record_llm_call": "store",
 }
 
 __version__ = "0.1.0"
@@ -102,6 +101,7 @@ __all__ = [
     "BudgetError",
     "Condensation",
     "CondensationRequest",
+    "ConfigurationError",
     "ConflictError",
     "Custom",
     "Event",
@@ -110,6 +110,7 @@ __all__ = [
     "FilePart",
     "HeuristicTokenCounter",
     "IdempotencyError",
+    "IdempotencyMismatchError",
     "InvalidEventError",
     "LLMCall",
     "LiteLLMTokenCounter",
@@ -122,6 +123,7 @@ __all__ = [
     "ReasoningPart",
     "SchemaError",
     "Session",
+    "StorageBusyError",
     "StorageError",
     "StoredEvent",
     "TextPart",

@@ -73,7 +73,7 @@ class Budget:
         """
         info: dict[str, Any] = {}
         if max_input_tokens is None or reserved_output is None:
-            from .tokens import import_litellm
+            from ._litellm import import_litellm
 
             litellm = import_litellm()
             try:

@@ -14,10 +14,13 @@ import os
 import re
 import threading
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from .events import EVENT_ADAPTER, Event
+from .errors import InvalidEventError
+from .events import EVENT_ADAPTER, Condensation, Event, Message, Part, ToolResultPart
+from .tokens import MESSAGE_OVERHEAD, TokenCounter, count_part
 
 __all__ = [
     "canonical_json",
@@ -26,16 +29,40 @@ __all__ = [
     "encode_event",
     "decode_event",
     "chain_hash",
+    "batch_digest",
     "format_ts",
     "new_id",
+    "check_text",
+    "Encoded",
+    "encode",
+    "part_columns",
 ]
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def canonical_json(value: Any) -> str:
-    """Deterministic JSON text for ``value`` that always encodes to UTF-8."""
-    text = json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+    """Deterministic JSON text for ``value`` that always encodes to UTF-8.
+
+    Strict JSON: a NaN or infinite float raises :class:`InvalidEventError` (JSON has no
+    such value, and storing ``null`` instead would alter the data), as does nesting too
+    deep to encode.
+    """
+    try:
+        text = json.dumps(
+            value, ensure_ascii=False, sort_keys=True, separators=(",", ":"), allow_nan=False
+        )
+    except ValueError as exc:
+        if "Out of range float" not in str(exc):
+            raise
+        raise InvalidEventError(
+            "a float is NaN or infinite, which JSON cannot hold; store None or a string "
+            "such as 'nan' instead"
+        ) from None
+    except RecursionError:
+        raise InvalidEventError(
+            "data is nested too deeply to encode; flatten it (or store it as a JSON string)"
+        ) from None
     # isascii() is a fast exit: a surrogate is never ASCII, and most payloads are.
     if not text.isascii() and _SURROGATE.search(text):
         # Only strings can hold a surrogate, and inside a JSON string ``\\uXXXX`` is valid.
@@ -103,6 +130,17 @@ def chain_hash(
     return h.hexdigest()
 
 
+def batch_digest(encoded: list[Encoded]) -> str:
+    """SHA-256 over a batch's kinds, canonical payloads and caller-given ids, in order: what
+    an idempotency key is compared by when it is reused."""
+    h = hashlib.sha256(f"{len(encoded)}\n".encode())
+    for enc in encoded:
+        payload = enc.payload.encode("utf-8")
+        h.update(f"{enc.kind}\n{enc.event.id or ''}\n{len(payload)}\n".encode())
+        h.update(payload)
+    return h.hexdigest()
+
+
 _lock = threading.Lock()
 _last_ms = 0
 _counter = 0
@@ -127,3 +165,65 @@ def new_id() -> str:
     value = (ms & ((1 << 48) - 1)) << 80 | 0x7 << 76 | rand_a << 64 | 0b10 << 62 | rand_b
     h = f"{value:032x}"
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+def check_text(field: str, value: str | None, limit: int | None = None) -> None:
+    """Reject a key or label no backend column can hold exactly (the same way everywhere)."""
+    if value is None:
+        return
+    problem = storable_text_error(value)
+    if problem is None and limit is not None and len(value) > limit:
+        problem = f"is {len(value)} characters, over the limit of {limit}"
+    if problem is not None:
+        raise InvalidEventError(f"{field}: {problem}")
+
+
+@dataclass(slots=True)
+class Encoded:
+    """An event turned into the rows it is stored as, prepared outside the write lock."""
+
+    event: Event
+    kind: str
+    payload: str
+    size: int
+    token_count: int
+    part_rows: list[dict[str, Any]]
+
+
+def part_columns(idx: int, part: Part) -> dict[str, Any]:
+    """The ``parts`` index columns copied from one part (all but its token count)."""
+    call_id = getattr(part, "tool_call_id", None) or (
+        getattr(part, "id", None) if part.type == "tool_call" else None
+    )
+    name = getattr(part, "name", None) if part.type in ("tool_call", "tool_result") else None
+    return {
+        "idx": idx,
+        "type": part.type,
+        # Index copies of payload data: escaped and capped so that any id the payload
+        # holds verbatim fits the column on both backends.
+        "tool_call_id": column_text(call_id, 255),
+        "tool_name": column_text(name, 255),
+        "state": part.state if isinstance(part, ToolResultPart) else None,
+    }
+
+
+def encode(evt: Event, counter: TokenCounter) -> Encoded:
+    """The payload text, size, token count and ``parts`` index rows of one event."""
+    payload = encode_event(evt)
+    size = len(payload.encode("utf-8"))
+    part_rows: list[dict[str, Any]] = []
+    if isinstance(evt, Message):
+        total = MESSAGE_OVERHEAD
+        for idx, part in enumerate(evt.parts):
+            n = count_part(counter, part)
+            total += n
+            part_rows.append({**part_columns(idx, part), "token_count": n})
+    elif isinstance(evt, Condensation):
+        total = evt.summary_tokens or (counter.count(evt.summary) if evt.summary else 0)
+        if evt.summary and not evt.summary_tokens:
+            evt = evt.model_copy(update={"summary_tokens": total})
+            payload = encode_event(evt)
+            size = len(payload.encode("utf-8"))
+    else:
+        total = 0
+    return Encoded(evt, evt.kind, payload, size, total, part_rows)

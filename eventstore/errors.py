@@ -1,4 +1,24 @@
-"""Typed errors. No driver exception ever reaches a caller of the store."""
+"""Typed errors. Every error the library raises on purpose is one of these; no driver
+exception, ``OverflowError`` or ``RecursionError`` reaches a caller, and each message says
+how to fix the problem.
+
+The tree::
+
+    EventStoreError
+    ├── ConflictError            the head moved (carries expected_seq and current_seq)
+    ├── NotFoundError            no such session / event / part (also: LookupError)
+    ├── InvalidEventError        bad input; the message names the field (also: ValueError)
+    │   └── ImportFormatError    (eventstore.importers) a file that cannot be imported
+    ├── PayloadTooLargeError     one event over max_event_bytes (also: ValueError)
+    ├── IdempotencyError         a key reused for a different append
+    │   └── IdempotencyMismatchError   same key, different events
+    ├── SchemaError              the database schema is missing, behind or ahead
+    ├── StorageError             the database failed in a way not mapped more precisely
+    │   └── StorageBusyError     a lock wait ran past its timeout; retry
+    ├── BudgetError              a token budget cannot be built (also: ValueError)
+    ├── ConfigurationError       a setting is out of range (also: ValueError)
+    └── SummaryError             (condensers) a summary model call failed or misbehaved
+"""
 
 from __future__ import annotations
 
@@ -11,7 +31,10 @@ __all__ = [
     "SchemaError",
     "IdempotencyError",
     "StorageError",
+    "StorageBusyError",
+    "IdempotencyMismatchError",
     "BudgetError",
+    "ConfigurationError",
 ]
 
 
@@ -63,6 +86,11 @@ class IdempotencyError(EventStoreError):
     """An idempotency key was reused for a different append."""
 
 
+class IdempotencyMismatchError(IdempotencyError):
+    """An idempotency key was reused for an append with different events (other kinds,
+    content or ids) than the one it first recorded."""
+
+
 class SchemaError(EventStoreError):
     """The database schema is missing, behind or ahead of this library."""
 
@@ -71,5 +99,15 @@ class StorageError(EventStoreError):
     """The database failed in a way the store cannot map to a more precise error."""
 
 
+class StorageBusyError(StorageError):
+    """A write waited for a lock held by another writer past its timeout (SQLite's
+    ``busy_timeout_ms``, Postgres' ``lock_timeout_ms``). Nothing was written; retry."""
+
+
 class BudgetError(EventStoreError, ValueError):
     """A token budget cannot be built (for example an unmapped model)."""
+
+
+class ConfigurationError(EventStoreError, ValueError):
+    """A setting is out of range (a condenser's fraction, a store option); the message
+    names the setting and its valid range."""

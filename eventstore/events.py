@@ -72,7 +72,8 @@ def decode_tool_output(raw: bytes) -> str:
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=False)
+    # NaN and infinities reach the encoder, which refuses them, instead of turning into null.
+    model_config = ConfigDict(extra="forbid", frozen=False, ser_json_inf_nan="constants")
 
 
 # --------------------------------------------------------------------------- parts
@@ -200,7 +201,13 @@ class _Event(_Model):
             return None
         if value.tzinfo is None:
             raise ValueError("created_at must be timezone-aware")
-        return value.astimezone(UTC)
+        try:
+            return value.astimezone(UTC)
+        except OverflowError:
+            raise ValueError(
+                "created_at is outside the range a UTC timestamp can hold "
+                "(years 1-9999 after conversion to UTC)"
+            ) from None
 
 
 class Message(_Event):

@@ -7,11 +7,14 @@ upgrade a database without a checkout or an ``alembic.ini``.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import inspect, text
 
+from .errors import SchemaError
 from .schema import SCHEMA_REVISION
 
 if TYPE_CHECKING:
@@ -24,7 +27,7 @@ __all__ = ["script_location", "upgrade", "downgrade", "current_revision", "check
 def script_location() -> str:
     """Filesystem path of the migration scripts (installed package or checkout)."""
     try:
-        from . import _migrations  # type: ignore[attr-defined]
+        from . import _migrations
 
         return str(Path(_migrations.__file__).parent)
     except ImportError:
@@ -32,7 +35,9 @@ def script_location() -> str:
     here = Path(__file__).resolve().parent.parent / "migrations"
     if (here / "env.py").exists():
         return str(here)
-    raise RuntimeError("the migration scripts are missing from this installation")
+    raise SchemaError(
+        "the migration scripts are missing from this installation; reinstall agent-eventstore"
+    )
 
 
 def _config(connection: Connection) -> Config:
@@ -44,19 +49,65 @@ def _config(connection: Connection) -> Config:
     return cfg
 
 
+@contextmanager
+def _transaction(engine: Engine) -> Iterator[Connection]:
+    """One transaction around a whole migration run, DDL included, on every backend.
+
+    pysqlite's default transaction handling commits before every DDL statement, so with
+    a plain SQLite engine a crash halfway through an upgrade would leave some tables and
+    ``alembic_version`` behind, and the next upgrade would trip over them. Here the driver
+    is taken out of that mode for the run and the transaction is begun explicitly (what
+    the store's own engine does on every connection), so SQLite's transactional DDL
+    applies: a crash rolls the whole upgrade back.
+    """
+    with engine.connect() as conn:
+        raw = conn.connection.driver_connection if conn.dialect.name == "sqlite" else None
+        saved = getattr(raw, "isolation_level", None)
+        take_over = raw is not None and saved is not None
+        if take_over:
+            raw.isolation_level = None  # type: ignore[union-attr]
+        try:
+            with conn.begin():
+                if take_over:
+                    conn.exec_driver_sql("BEGIN IMMEDIATE")
+                yield conn
+        finally:
+            if take_over:
+                raw.isolation_level = saved  # type: ignore[union-attr]
+
+
 def upgrade(engine: Engine, revision: str = "head") -> None:
-    """Upgrade the database to ``revision`` (default: the newest)."""
+    """Upgrade the database to ``revision`` (default: the newest), in one transaction."""
     from alembic import command
 
-    with engine.begin() as conn:
+    with _transaction(engine) as conn:
+        _refuse_half_created(conn)
         command.upgrade(_config(conn), revision)
 
 
+def _refuse_half_created(conn: Connection) -> None:
+    # Tables without a revision: an upgrade by a version that did not run it in one
+    # transaction crashed halfway. Alembic would fail on the first CREATE TABLE; say what
+    # happened and how to recover instead (nothing is deleted here).
+    from .schema import metadata
+
+    if _current(conn) is not None:
+        return
+    left = sorted(set(inspect(conn).get_table_names()) & set(metadata.tables))
+    if left:
+        raise SchemaError(
+            f"the database holds tables {', '.join(left)} but no schema revision: an earlier "
+            "upgrade was interrupted. If they hold no events, drop them (or delete the "
+            "SQLite file) and run `eventstore db upgrade` again"
+        )
+
+
 def downgrade(engine: Engine, revision: str) -> None:
-    """Downgrade the database to ``revision`` (``base`` removes every table)."""
+    """Downgrade the database to ``revision`` (``base`` removes every table), in one
+    transaction."""
     from alembic import command
 
-    with engine.begin() as conn:
+    with _transaction(engine) as conn:
         command.downgrade(_config(conn), revision)
 
 
@@ -91,7 +142,6 @@ def ensure_schema(engine: Engine, *, upgrade_if_behind: bool, display_url: str) 
     Upgrades an empty or older database when ``upgrade_if_behind`` is true; otherwise
     raises :class:`~eventstore.errors.SchemaError` naming the command that fixes it.
     """
-    from .errors import SchemaError
 
     with engine.connect() as conn:
         current = _current(conn)

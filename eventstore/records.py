@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -68,8 +68,9 @@ class StoredEvent(BaseModel):
     @property
     def created_at(self) -> datetime:
         """The event timestamp (UTC)."""
-        assert self.event.created_at is not None
-        return self.event.created_at
+        # Stored events always carry their time; the epoch stands in for a model that
+        # was built by hand without one.
+        return self.event.created_at or datetime(1970, 1, 1, tzinfo=UTC)
 
 
 class AppendResult(BaseModel):
@@ -100,3 +101,11 @@ class VerifyReport(BaseModel):
     """Recorded ``llm_call`` fingerprints re-checked."""
     problems: list[str] = Field(default_factory=list)
     """One line per problem found."""
+    head_hash: str | None = None
+    """Hash of the newest event in the log: record it outside the database and pass it
+    back as ``verify(..., head_hash=...)`` (``eventstore verify --head-hash``) to prove
+    that nothing up to it was changed or removed since."""
+    anchored_seq: int | None = None
+    """Seq whose hash equals the ``head_hash`` that was passed in, if any."""
+    sealed_seq: int | None = None
+    """Newest seq covered by a seal that matches the ``key`` passed in, if any."""

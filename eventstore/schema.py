@@ -39,7 +39,7 @@ __all__ = [
 ]
 
 #: The Alembic revision this code expects. A test asserts it equals the migration head.
-SCHEMA_REVISION = "0001"
+SCHEMA_REVISION = "0002"
 
 NAMING_CONVENTION = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -107,6 +107,8 @@ events = Table(
     Column("size", BigInteger, nullable=False),
     Column("idempotency_key", String(255), nullable=True),
     Column("batch_size", Integer, nullable=True),
+    # SHA-256 of the batch an idempotency key was first used for (NULL before 0002).
+    Column("batch_digest", String(64), nullable=True),
     Column("hash", String(64), nullable=False),
     PrimaryKeyConstraint("session_id", "seq"),
     ForeignKeyConstraint(["session_id"], ["sessions.id"]),
@@ -175,7 +177,7 @@ WHEN NOT (
     AND NEW.tool_call_id IS OLD.tool_call_id AND NEW.tool_name IS OLD.tool_name
     AND NEW.state IS OLD.state
 )
-BEGIN SELECT RAISE(ABORT, 'parts are append-only: only compacted_at/compacted_seq may be set, once'); END""",
+BEGIN SELECT RAISE(ABORT, 'parts are append-only: only compacted_at/compacted_seq may be set, once'); END""",  # noqa: E501
     ),
     (
         "fork_compactions_append_only_update",

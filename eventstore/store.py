@@ -6,6 +6,13 @@ Open one by URL::
     s = store.create_session(title="fix the login bug")
     store.append(s.id, [Message.user("hello")], expected_seq=0)
 
+:class:`EventStore` is the one implementation: thin methods over the statement layer
+(:mod:`eventstore._sql`) and the pure view assembly (:mod:`eventstore.views`).
+:class:`AsyncEventStore` is derived from it method by method: each coroutine runs the
+synchronous method, a whole transaction, in a worker thread. That keeps one body per
+operation (the two surfaces cannot drift; a test compares them), and the async store
+works from any thread and any event loop, since nothing in it is bound to a loop.
+
 Durability: on SQLite the store runs in WAL mode with ``synchronous=FULL`` so an
 acknowledged append survives a power cut; ``EventStore(url, sqlite_synchronous="NORMAL")``
 is faster but may lose the last transactions on power loss (never on a process crash).
@@ -13,114 +20,257 @@ is faster but may lose the last transactions on power loss (never on a process c
 
 from __future__ import annotations
 
-import os
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
+import asyncio
+import functools
+import itertools
+import threading
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from pydantic import BaseModel, ValidationError
 from pydantic_core import PydanticSerializationError
-from sqlalchemy import create_engine, event
-from sqlalchemy.engine import Connection, Engine, make_url
-from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
+from sqlalchemy import create_engine
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import DBAPIError
 
-from . import _core
-from .codec import chain_hash, decode_event
+from . import _sql, _view_rows
+from ._checks import check_event
+from ._engine import (
+    DEFAULT_URL,
+    Timeouts,
+    configure_postgres,
+    configure_sqlite,
+    display_url,
+    map_db_error,
+    resolve_url,
+)
+from .codec import Encoded, check_text, decode_event, encode, format_ts
 from .errors import (
+    ConfigurationError,
     ConflictError,
-    EventStoreError,
     InvalidEventError,
     NotFoundError,
     PayloadTooLargeError,
+    StorageBusyError,
     StorageError,
 )
-from .events import EVENT_ADAPTER, Condensation, Event, Part, PartRef
+from .events import EVENT_ADAPTER, Condensation, Event, LLMCall, Message, Part, PartRef
 from .migrate import ensure_schema
 from .records import AppendResult, Session, StoredEvent, VerifyReport
 from .tokens import HeuristicTokenCounter, TokenCounter
+from .verify import ChainCheck, seal_event
+from .views import View, ViewOptions, assemble, calibrate, calibration_floor, llm_call_events
 
-if TYPE_CHECKING:
-    from .views import View, ViewOptions
+__all__ = [
+    "EventStore",
+    "AsyncEventStore",
+    "DEFAULT_URL",
+    "resolve_url",
+    "record_llm_call",
+    "calibrated_tokens",
+]
 
-__all__ = ["EventStore", "AsyncEventStore", "DEFAULT_URL", "resolve_url"]
-
-DEFAULT_URL = "sqlite:///eventstore.db"
 DEFAULT_MAX_EVENT_BYTES = 32 * 1024 * 1024
+DEFAULT_LOCK_TIMEOUT_MS = 5_000
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MAX_INT = 2**63 - 1  # the widest integer both backends bind
+_MAX_COUNT = 2**31 - 1  # token counts and seqs are 32-bit columns
 T = TypeVar("T")
+P = ParamSpec("P")
 
 
-def resolve_url(url: str | None, *, async_: bool = False) -> str:
-    """Normalize a database URL: default, ``EVENTSTORE_URL``, driver names."""
-    raw = url or os.environ.get("EVENTSTORE_URL") or DEFAULT_URL
-    u = make_url(raw)
-    backend = u.get_backend_name()
-    if backend == "postgresql":
-        u = u.set(drivername="postgresql+psycopg")
-    elif backend == "sqlite":
-        u = u.set(drivername="sqlite+aiosqlite" if async_ else "sqlite")
-    else:
-        raise EventStoreError(
-            f"unsupported database URL {u.render_as_string(hide_password=True)!r}: "
-            "use sqlite:///path.db or postgresql://user@host/db"
-        )
-    return u.render_as_string(hide_password=False)
+def _check_int(name: str, value: int | None, *, low: int = 0, high: int = _MAX_INT) -> None:
+    if value is None:
+        return
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise InvalidEventError(f"{name}: expected an integer, got {type(value).__name__}")
+    if not low <= value <= high:
+        raise InvalidEventError(f"{name}: {value} is outside {low}..{high}")
 
 
-def _display(url: str) -> str:
-    return make_url(url).render_as_string(hide_password=True)
+def _describe(exc: ValidationError, index: int) -> str:
+    err = exc.errors()[0]
+    loc = ".".join(str(p) for p in err["loc"])
+    return f"events[{index}].{loc}: {err['msg']}"
 
 
-def _configure_sqlite(engine: Engine, synchronous: str, busy_timeout_ms: int) -> None:
-    @event.listens_for(engine, "connect")
-    def _on_connect(dbapi_conn: Any, _rec: Any) -> None:
-        # Take transaction control from the driver so we can say BEGIN IMMEDIATE.
-        dbapi_conn.isolation_level = None
-        cur = dbapi_conn.cursor()
-        cur.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
-        cur.execute("PRAGMA journal_mode=WAL")
-        cur.execute(f"PRAGMA synchronous={synchronous}")
-        cur.execute("PRAGMA foreign_keys=ON")
-        cur.close()
+class EventStore:
+    """A synchronous event store on SQLite or Postgres.
 
-    @event.listens_for(engine, "begin")
-    def _on_begin(conn: Connection) -> None:
-        # Writers take the write lock up front. A deferred transaction that reads and then
-        # writes can fail with SQLITE_BUSY without waiting, because upgrading its read
-        # snapshot would break isolation; IMMEDIATE waits on the busy timeout instead.
-        mode = conn.get_execution_options().get("sqlite_begin", "DEFERRED")
-        conn.exec_driver_sql(f"BEGIN {mode}")
-
-
-def _map_db_error(exc: DBAPIError) -> EventStoreError:
-    text = str(exc.orig) if exc.orig is not None else str(exc)
-    if isinstance(exc, OperationalError) and "locked" in text:
-        return StorageError(
-            f"the SQLite database stayed locked past the busy timeout ({text}); "
-            "raise busy_timeout_ms or reduce concurrent writers"
-        )
-    return StorageError(f"database error: {text.strip().splitlines()[0] if text else exc}")
-
-
-class _Base:
-    """Settings and encoding shared by the sync and async stores."""
+    Args:
+        url: Database URL; defaults to ``EVENTSTORE_URL`` or ``sqlite:///eventstore.db``.
+        tenant: The tenant every call is scoped to.
+        token_counter: Counts part tokens at append time (default: a character heuristic).
+        max_event_bytes: Largest stored payload of a single event.
+        upgrade: Upgrade an empty or older schema on open. Default: yes on SQLite, no on
+            Postgres (there a :class:`SchemaError` names the command to run).
+        sqlite_synchronous: ``FULL`` (default, power-loss safe) or ``NORMAL`` (faster).
+        busy_timeout_ms: How long a SQLite writer waits for the lock.
+        lock_timeout_ms: How long a Postgres write waits for a row lock another transaction
+            holds (``lock_timeout``). Past either wait the write raises
+            :class:`StorageBusyError` and nothing is written; retry it.
+        engine: Share an existing engine instead of creating one.
+        **engine_kwargs: Passed to :func:`sqlalchemy.create_engine`.
+    """
 
     def __init__(
         self,
+        url: str | None = None,
+        *,
+        tenant: str = "default",
+        token_counter: TokenCounter | None = None,
+        max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+        upgrade: bool | None = None,
+        sqlite_synchronous: str = "FULL",
+        busy_timeout_ms: int = 30_000,
+        lock_timeout_ms: int = DEFAULT_LOCK_TIMEOUT_MS,
+        engine: Engine | None = None,
+        **engine_kwargs: Any,
+    ) -> None:
+        self._setup(
+            url,
+            tenant=tenant,
+            token_counter=token_counter,
+            max_event_bytes=max_event_bytes,
+            upgrade=upgrade,
+            sqlite_synchronous=sqlite_synchronous,
+            busy_timeout_ms=busy_timeout_ms,
+            lock_timeout_ms=lock_timeout_ms,
+            engine=engine,
+            engine_kwargs=engine_kwargs,
+        )
+        self._open_schema()
+
+    def _setup(
+        self,
+        url: str | None,
         *,
         tenant: str,
         token_counter: TokenCounter | None,
         max_event_bytes: int,
+        upgrade: bool | None,
+        sqlite_synchronous: str,
+        busy_timeout_ms: int,
+        lock_timeout_ms: int,
+        engine: Engine | None,
+        engine_kwargs: dict[str, Any],
     ) -> None:
-        if not tenant:
-            raise ValueError("tenant must be a non-empty string")
-        _core.check_text("tenant", tenant, 255)
+        # Everything but I/O: the async store calls this on the event loop and opens the
+        # schema later, in a worker thread.
+        if not tenant or not isinstance(tenant, str):
+            raise ConfigurationError("tenant: must be a non-empty string")
+        check_text("tenant", tenant, 255)
+        if not isinstance(max_event_bytes, int) or max_event_bytes < 1:
+            raise ConfigurationError(
+                f"max_event_bytes: must be a positive integer, got {max_event_bytes!r}"
+            )
+        for name, ms, low in (
+            ("busy_timeout_ms", busy_timeout_ms, 0),
+            ("lock_timeout_ms", lock_timeout_ms, 1),  # 0 would mean "wait forever"
+        ):
+            if not isinstance(ms, int) or isinstance(ms, bool) or not low <= ms <= _MAX_COUNT:
+                raise ConfigurationError(
+                    f"{name}: must be {low}..{_MAX_COUNT} milliseconds, got {ms!r}"
+                )
+        self._timeouts = Timeouts(busy_timeout_ms, lock_timeout_ms)
         self.tenant = tenant
         self.token_counter: TokenCounter = token_counter or HeuristicTokenCounter()
         self.max_event_bytes = max_event_bytes
+        self._schema_lock = threading.Lock()
+        self._schema_pending: bool | None = None  # the upgrade flag, until the schema is open
+        if engine is None:
+            self.url = resolve_url(url)
+            if sqlite_synchronous.upper() not in ("FULL", "NORMAL", "EXTRA", "OFF"):
+                raise ConfigurationError(
+                    "sqlite_synchronous must be FULL, NORMAL, EXTRA or OFF, "
+                    f"got {sqlite_synchronous!r}"
+                )
+            engine = create_engine(self.url, **engine_kwargs)
+            if engine.dialect.name == "sqlite":
+                configure_sqlite(engine, sqlite_synchronous.upper(), busy_timeout_ms)
+            elif engine.dialect.name == "postgresql":
+                configure_postgres(engine, lock_timeout_ms)
+            self._schema_pending = engine.dialect.name == "sqlite" if upgrade is None else upgrade
+            self._owns_engine = True
+        else:
+            self.url = engine.url.render_as_string(hide_password=False)
+            self._owns_engine = False
+        # A caller's Postgres engine has no lock_timeout of ours: set it per write.
+        self._lock_local = not self._owns_engine and engine.dialect.name == "postgresql"
+        self.engine = engine
+        self.dialect: str = engine.dialect.name
 
-    def _encode(self, evts: Sequence[Event | dict[str, Any]]) -> list[_core.Encoded]:
+    def _open_schema(self) -> None:
+        if self._schema_pending is None:
+            return
+        with self._schema_lock:
+            if self._schema_pending is None:
+                return
+            try:
+                ensure_schema(
+                    self.engine,
+                    upgrade_if_behind=self._schema_pending,
+                    display_url=display_url(self.url),
+                )
+            except DBAPIError as exc:
+                self.engine.dispose()
+                raise map_db_error(exc, self._timeouts) from None
+            except BaseException:
+                self.engine.dispose()
+                raise
+            self._schema_pending = None
+
+    # -- plumbing
+
+    def with_tenant(self, tenant: str) -> EventStore:
+        """The same database, scoped to another tenant (shares the engine)."""
+        self._open_schema()
+        other = EventStore(
+            tenant=tenant,
+            token_counter=self.token_counter,
+            max_event_bytes=self.max_event_bytes,
+            engine=self.engine,
+        )
+        other._timeouts, other._lock_local = self._timeouts, self._lock_local
+        return other
+
+    def close(self) -> None:
+        """Release pooled connections."""
+        if self._owns_engine:
+            self.engine.dispose()
+
+    def __enter__(self) -> EventStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @contextmanager
+    def _tx(self, write: bool = False) -> Iterator[Connection]:
+        self._open_schema()
+        try:
+            with self.engine.connect() as conn:
+                if write and self.dialect == "sqlite":
+                    conn = conn.execution_options(sqlite_begin="IMMEDIATE")
+                with conn.begin():
+                    if write and self._lock_local:
+                        ms = self._timeouts.lock_timeout_ms
+                        conn.exec_driver_sql(f"SET LOCAL lock_timeout = {ms}")
+                    yield conn
+        except DBAPIError as exc:
+            raise map_db_error(exc, self._timeouts) from None
+        except OverflowError:
+            raise InvalidEventError(
+                f"a number is too large for the database (the limit is {_MAX_INT})"
+            ) from None
+
+    def _run(self, fn: Callable[..., T], *args: Any, write: bool = False, **kw: Any) -> T:
+        with self._tx(write) as conn:
+            return fn(conn, *args, **kw)
+
+    def _encode(self, evts: Sequence[Event | dict[str, Any]]) -> list[Encoded]:
         # A single model is iterable too (pydantic yields its fields): refuse it by name.
         if isinstance(evts, (dict, str, bytes, BaseModel)) or not isinstance(evts, Iterable):
             raise InvalidEventError("events must be a list of events")
@@ -136,12 +286,19 @@ class _Base:
                 raise InvalidEventError(f"events[{i}]: not an event ({type(evt).__name__})")
             else:
                 checked = False
+            check_event(evt, f"events[{i}].")
             try:
-                enc = _core.encode(evt, self.token_counter)
-            except (PydanticSerializationError, ValueError, TypeError) as exc:
+                enc = encode(evt, self.token_counter)
+            except InvalidEventError as exc:
+                raise InvalidEventError(f"events[{i}]: {exc}") from None
+            except (PydanticSerializationError, ValueError, TypeError, RecursionError) as exc:
                 raise InvalidEventError(f"events[{i}]: cannot be serialized ({exc})") from None
             if enc.size > self.max_event_bytes:
                 raise PayloadTooLargeError(enc.size, self.max_event_bytes, i)
+            if enc.token_count > _MAX_COUNT:
+                raise InvalidEventError(
+                    f"events[{i}]: {enc.token_count} tokens is over the limit of {_MAX_COUNT}"
+                )
             if not checked:
                 # Models are mutable and unvalidated on assignment: make sure what is about
                 # to be stored reads back, or a single bad event would make the log unreadable.
@@ -149,129 +306,22 @@ class _Base:
                     decode_event(enc.kind, enc.payload, "0", evt.created_at or _EPOCH)
                 except ValidationError as exc:
                     raise InvalidEventError(_describe(exc, i)) from None
+                except RecursionError:
+                    raise InvalidEventError(f"events[{i}]: nested too deeply") from None
+            if evt.created_at is not None:
+                try:
+                    format_ts(evt.created_at)
+                except (OverflowError, ValueError):
+                    raise InvalidEventError(
+                        f"events[{i}].created_at: {evt.created_at!r} is outside the range a UTC "
+                        "timestamp can hold (years 1-9999 after conversion to UTC)"
+                    ) from None
             if evt.id is not None:
                 if not 1 <= len(evt.id) <= 36:
                     raise InvalidEventError(f"events[{i}].id: must be 1-36 characters")
-                _core.check_text(f"events[{i}].id", evt.id)
+                check_text(f"events[{i}].id", evt.id)
             out.append(enc)
         return out
-
-
-def _describe(exc: ValidationError, index: int) -> str:
-    err = exc.errors()[0]
-    loc = ".".join(str(p) for p in err["loc"])
-    return f"events[{index}].{loc}: {err['msg']}"
-
-
-def _verify_rows(
-    report: VerifyReport, rows: Iterable[Any], expected_seq: int, prev: str | None
-) -> tuple[int, str | None]:
-    for row in rows:
-        if row.seq != expected_seq:
-            report.problems.append(f"gap: expected seq {expected_seq}, found {row.seq}")
-            expected_seq = row.seq
-        digest = chain_hash(prev, row.seq, row.id, row.kind, row.created_at, row.payload)
-        if digest != row.hash:
-            report.problems.append(f"seq {row.seq}: hash mismatch (event changed after append)")
-        prev = row.hash
-        expected_seq += 1
-        report.events += 1
-    return expected_seq, prev
-
-
-class EventStore(_Base):
-    """A synchronous event store on SQLite or Postgres.
-
-    Args:
-        url: Database URL; defaults to ``EVENTSTORE_URL`` or ``sqlite:///eventstore.db``.
-        tenant: The tenant every call is scoped to.
-        token_counter: Counts part tokens at append time (default: a character heuristic).
-        max_event_bytes: Largest stored payload of a single event.
-        upgrade: Upgrade an empty or older schema on open. Default: yes on SQLite, no on
-            Postgres (there a :class:`SchemaError` names the command to run).
-        sqlite_synchronous: ``FULL`` (default, power-loss safe) or ``NORMAL`` (faster).
-        busy_timeout_ms: How long a SQLite writer waits for the lock.
-        engine: Share an existing engine instead of creating one.
-    """
-
-    def __init__(
-        self,
-        url: str | None = None,
-        *,
-        tenant: str = "default",
-        token_counter: TokenCounter | None = None,
-        max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
-        upgrade: bool | None = None,
-        sqlite_synchronous: str = "FULL",
-        busy_timeout_ms: int = 30_000,
-        engine: Engine | None = None,
-        **engine_kwargs: Any,
-    ) -> None:
-        super().__init__(
-            tenant=tenant, token_counter=token_counter, max_event_bytes=max_event_bytes
-        )
-        if engine is None:
-            self.url = resolve_url(url)
-            if sqlite_synchronous.upper() not in ("FULL", "NORMAL", "EXTRA", "OFF"):
-                raise ValueError("sqlite_synchronous must be FULL, NORMAL, EXTRA or OFF")
-            engine = create_engine(self.url, **engine_kwargs)
-            if engine.dialect.name == "sqlite":
-                _configure_sqlite(engine, sqlite_synchronous.upper(), busy_timeout_ms)
-            if upgrade is None:
-                upgrade = engine.dialect.name == "sqlite"
-            try:
-                ensure_schema(engine, upgrade_if_behind=upgrade, display_url=_display(self.url))
-            except DBAPIError as exc:
-                engine.dispose()
-                raise _map_db_error(exc) from None
-            except BaseException:
-                engine.dispose()
-                raise
-            self._owns_engine = True
-        else:
-            self.url = engine.url.render_as_string(hide_password=False)
-            self._owns_engine = False
-        self.engine = engine
-        self.dialect = engine.dialect.name
-
-    # -- plumbing
-
-    def with_tenant(self, tenant: str) -> EventStore:
-        """The same database, scoped to another tenant (shares the engine)."""
-        return EventStore(
-            tenant=tenant,
-            token_counter=self.token_counter,
-            max_event_bytes=self.max_event_bytes,
-            engine=self.engine,
-        )
-
-    def close(self) -> None:
-        """Release pooled connections."""
-        if self._owns_engine:
-            self.engine.dispose()
-
-    def __enter__(self) -> EventStore:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    @contextmanager
-    def _tx(self, write: bool = False) -> Iterator[Connection]:
-        try:
-            with self.engine.connect() as conn:
-                if write and self.dialect == "sqlite":
-                    conn = conn.execution_options(sqlite_begin="IMMEDIATE")
-                with conn.begin():
-                    yield conn
-        except IntegrityError as exc:
-            raise _map_db_error(exc) from None
-        except DBAPIError as exc:
-            raise _map_db_error(exc) from None
-
-    def _run(self, fn: Callable[..., T], *args: Any, write: bool = False, **kw: Any) -> T:
-        with self._tx(write) as conn:
-            return fn(conn, *args, **kw)
 
     # -- sessions
 
@@ -285,7 +335,7 @@ class EventStore(_Base):
     ) -> Session:
         """Create an empty session for this tenant."""
         return self._run(
-            _core.create_session,
+            _sql.create_session,
             self.tenant,
             session_id=session_id,
             user_id=user_id,
@@ -296,7 +346,7 @@ class EventStore(_Base):
 
     def get_session(self, session_id: str) -> Session:
         """The session, or :class:`NotFoundError` (also for another tenant's session)."""
-        return self._run(_core.get_session, self.tenant, session_id)
+        return self._run(_sql.get_session, self.tenant, session_id)
 
     def list_sessions(
         self,
@@ -306,9 +356,12 @@ class EventStore(_Base):
         offset: int = 0,
         parent_id: str | None = None,
     ) -> list[Session]:
-        """Sessions newest first; ``limit=None`` (or 0) returns all."""
+        """Sessions newest first; ``limit=None`` (or 0) returns all. ``parent_id`` lists the
+        forks of one session."""
+        _check_int("limit", limit)
+        _check_int("offset", offset)
         return self._run(
-            _core.list_sessions,
+            _sql.list_sessions,
             self.tenant,
             user_id=user_id,
             limit=limit,
@@ -324,10 +377,12 @@ class EventStore(_Base):
         """A new session sharing this one's events up to ``at_seq`` without copying them.
 
         The fork's reads and views include the shared prefix; its appends go only to the
-        fork. Forks of forks work the same way.
+        fork. Forks of forks work the same way. Keyword options: ``session_id_new``,
+        ``user_id``, ``metadata`` (default: the parent's).
         """
+        _check_int("at_seq", at_seq)
         return self._run(
-            _core.fork_session, self.tenant, session_id, at_seq, title=title, write=True, **kw
+            _sql.fork_session, self.tenant, session_id, at_seq, title=title, write=True, **kw
         )
 
     # -- events
@@ -363,10 +418,11 @@ class EventStore(_Base):
         idempotency_key: str | None = None,
     ) -> AppendResult:
         """Like :meth:`append`, returning the new head and whether it was a replay."""
+        _check_int("expected_seq", expected_seq)
         encoded = self._encode(events)
         try:
             return self._run(
-                _core.append,
+                _sql.append,
                 self.tenant,
                 session_id,
                 encoded,
@@ -374,6 +430,8 @@ class EventStore(_Base):
                 idempotency_key=idempotency_key,
                 write=True,
             )
+        except StorageBusyError:
+            raise
         except StorageError:
             # A UNIQUE(session_id, seq) violation means another writer won; report the
             # head it left rather than the driver's message.
@@ -394,40 +452,83 @@ class EventStore(_Base):
         The upper bound is fixed when iteration starts (the head at that moment), so later
         appends do not extend a running read. Memory stays bounded for any session size.
         """
-        segments, head = self._run(_core.lineage_and_head, self.tenant, session_id)
+        _check_int("from_seq", from_seq, low=-_MAX_INT)
+        _check_int("to_seq", to_seq, low=-_MAX_INT)
+        kind_list = list(kinds) if kinds is not None else None
+        return self._read(session_id, from_seq, to_seq, kind_list)
+
+    def _read(
+        self, session_id: str, from_seq: int, to_seq: int | None, kinds: list[str] | None
+    ) -> Iterator[StoredEvent]:
+        segments, head = self._run(_sql.lineage_and_head, self.tenant, session_id)
         last = head if to_seq is None else min(to_seq, head)
         after = max(from_seq, 1) - 1
-        kind_list = list(kinds) if kinds is not None else None
         while after < last:
-            page = self._run(_core.read_page, segments, after, last, kind_list)
+            page = self._run(_sql.read_page, segments, after, last, kinds)
             if not page:
                 return
             yield from page
             after = page[-1].seq
 
-    def verify(self, session_id: str, *, fingerprints: bool = True) -> VerifyReport:
-        """Check gapless seqs and the hash chain, and re-check recorded view fingerprints."""
-        segments, head = self._run(_core.lineage_and_head, self.tenant, session_id)
+    def latest_event(
+        self, session_id: str, kind: str, *, as_of: int | None = None
+    ) -> StoredEvent | None:
+        """The newest event of ``kind`` at or before ``as_of`` (default: the head), or
+        ``None``: one indexed probe, whatever the session's length."""
+        _check_int("as_of", as_of)
+        return self._run(_sql.latest_of_kind, self.tenant, session_id, kind, as_of)
+
+    def verify(
+        self,
+        session_id: str,
+        *,
+        fingerprints: bool = True,
+        head_hash: str | None = None,
+        key: bytes | None = None,
+    ) -> VerifyReport:
+        """Check the whole log in one pass (see :mod:`eventstore.verify`): gapless seqs,
+        the hash chain up to the session's recorded head, the unhashed columns, compaction
+        stamps and (with ``fingerprints``) every recorded view fingerprint.
+
+        Args:
+            head_hash: A head hash recorded outside the database (``report.head_hash``
+                of an earlier run); it must be the hash of an event in the chain.
+            key: Check the seals written by :meth:`seal` under this key.
+        """
+        segments, head, recorded = self._run(_sql.verify_head, self.tenant, session_id)
         report = VerifyReport(session_id=session_id, ok=True, head_seq=head)
-        expected, prev, after = 1, None, 0
+        ahead = ["llm_call", "condensation"] if fingerprints else []
+        early = [e for e in self.read(session_id, 1, head, ahead)] if ahead else []
+        check = ChainCheck(
+            report,
+            {seg.owner: seg.hi for seg in segments},
+            recorded,
+            llm_calls=[e for e in early if isinstance(e.event, LLMCall)],
+            condensations=[e for e in early if isinstance(e.event, Condensation)],
+            fork_rows=self._run(_sql.fork_compaction_rows, segments),
+            key=key,
+            anchor=head_hash,
+        )
+        after = 0
         while after < head:
-            rows = self._run(_core.read_hash_page, segments, after, head)
+            rows, part_rows = self._run(_sql.read_verify_page, segments, after, head)
             if not rows:
                 break
-            expected, prev = _verify_rows(report, rows, expected, prev)
+            check.feed(rows, part_rows)
             after = rows[-1].seq
-        if expected - 1 != head:
-            report.problems.append(f"head_seq is {head} but the log ends at {expected - 1}")
-        if fingerprints:
-            from .views import verify_llm_calls
+        return check.finish(self.head(session_id))
 
-            verify_llm_calls(self, session_id, report)
-        report.ok = not report.problems
-        return report
+    def seal(self, session_id: str, key: bytes) -> int:
+        """Anchor the log to ``key``, a secret kept outside the database: appends an
+        ``eventstore.seal`` event holding an HMAC of the current head hash. Whoever can
+        write the database but lacks the key cannot forge a seal, so ``verify(...,
+        key=key)`` catches a rewritten chain up to the newest seal. Returns its seq."""
+        _segments, head, head_hash = self._run(_sql.verify_head, self.tenant, session_id)
+        return self.append(session_id, [seal_event(key, head, head_hash)], expected_seq=head)[0]
 
     def stats(self) -> dict[str, Any]:
         """Totals for this tenant: sessions, events, bytes, tokens, events by kind."""
-        return self._run(_core.stats, self.tenant)
+        return self._run(_sql.stats, self.tenant)
 
     # -- views
 
@@ -440,30 +541,124 @@ class EventStore(_Base):
         its cost follows the tail, not the session. ``view(as_of=k)`` equals the view built
         when the head was at ``k``, whatever was appended since.
         """
-        from .views import build_view
-
-        return self._run(build_view, self.tenant, session_id, as_of, options, self.token_counter)
+        _check_int("as_of", as_of)
+        rows = self._run(_view_rows.view_rows, self.tenant, session_id, as_of)
+        return assemble(rows, options, self.token_counter)
 
     def original(self, session_id: str, ref: PartRef) -> Part:
         """The full stored part behind a reference (for example a pruned tool result)."""
-        from .views import original_part
-
-        return self._run(original_part, self.tenant, session_id, ref)
+        stored = self._run(_sql.read_event, self.tenant, session_id, ref.seq)
+        if stored is None:
+            raise NotFoundError(f"no event at seq {ref.seq} in session {session_id}")
+        evt = stored.event
+        if not isinstance(evt, Message) or not 0 <= ref.index < len(evt.parts):
+            raise NotFoundError(f"no part {ref.index} at seq {ref.seq} in session {session_id}")
+        return evt.parts[ref.index]
 
     def forgotten(self, session_id: str, condensation_seq: int) -> Iterator[StoredEvent]:
         """Stream the events a condensation hid from the view."""
-        stored = next(iter(self.read(session_id, condensation_seq, condensation_seq)), None)
+        _check_int("condensation_seq", condensation_seq, low=-_MAX_INT)
+        stored = self._run(_sql.read_event, self.tenant, session_id, condensation_seq)
         if stored is None or not isinstance(stored.event, Condensation):
             raise NotFoundError(f"no condensation at seq {condensation_seq} in {session_id}")
         evt = stored.event
         return self.read(session_id, evt.forgotten_from, evt.forgotten_to)
 
+    def record_llm_call(
+        self,
+        session_id: str,
+        view: View,
+        response: Any = None,
+        *,
+        model: str | None = None,
+        latency_ms: float | None = None,
+        error: str | None = None,
+        append_response: bool = True,
+        metadata: dict[str, Any] | None = None,
+        expected_seq: int | None = None,
+    ) -> int:
+        """Record that ``view`` was sent to a model, and (by default) the reply.
 
-class AsyncEventStore(_Base):
-    """The asyncio twin of :class:`EventStore`, with the same semantics and SQL.
+        Appends an ``llm_call`` event carrying the view's seq and fingerprint, the usage and
+        the cost (``None`` when litellm cannot price the model; pricing never fails the
+        write), followed by the assistant message from ``response`` when
+        ``append_response`` is true. Both go in one append.
 
-    Uses ``aiosqlite`` for SQLite and psycopg's async mode for Postgres; each operation runs
-    the synchronous core through ``AsyncConnection.run_sync``.
+        Returns:
+            The seq of the ``llm_call`` event.
+        """
+        batch = llm_call_events(
+            view,
+            response,
+            model=model,
+            latency_ms=latency_ms,
+            error=error,
+            append_response=append_response,
+            metadata=metadata,
+        )
+        return self.append(session_id, batch, expected_seq=expected_seq)[0]
+
+    def calibrated_tokens(self, view: View) -> int:
+        """The view's tokens, anchored on the provider's count when one is available.
+
+        When the newest ``llm_call`` at or before the view reported real prompt tokens and
+        the view has not been reshaped since (no newer condensation or prune), the estimate
+        is that number plus the stored counts of what was appended after the call's view.
+        """
+        found = self.read(view.session_id, calibration_floor(view), view.seq, kinds=["llm_call"])
+        return calibrate(view, (e.event for e in found if isinstance(e.event, LLMCall)))
+
+
+# --------------------------------------------------------------------------- async
+
+
+_STREAM_PAGE = 256
+
+
+def _awaitable(
+    method: Callable[Concatenate[EventStore, P], T],
+) -> Callable[Concatenate[AsyncEventStore, P], Coroutine[Any, Any, T]]:
+    """The coroutine twin of an :class:`EventStore` method: same parameters, same body,
+    run in a worker thread."""
+
+    @functools.wraps(method)
+    async def call(self: AsyncEventStore, *args: P.args, **kwargs: P.kwargs) -> T:
+        return await asyncio.to_thread(method, self.sync, *args, **kwargs)
+
+    return call
+
+
+def _streaming(
+    method: Callable[Concatenate[EventStore, P], Iterator[T]],
+) -> Callable[Concatenate[AsyncEventStore, P], AsyncIterator[T]]:
+    """The async-iterator twin of an :class:`EventStore` method that streams: each page is
+    pulled from the sync iterator in a worker thread."""
+
+    @functools.wraps(method)
+    async def stream(self: AsyncEventStore, *args: P.args, **kwargs: P.kwargs) -> AsyncIterator[T]:
+        it = await asyncio.to_thread(lambda: iter(method(self.sync, *args, **kwargs)))
+        while True:
+            page = await asyncio.to_thread(lambda: list(itertools.islice(it, _STREAM_PAGE)))
+            for item in page:
+                yield item
+            if len(page) < _STREAM_PAGE:
+                return
+
+    return stream
+
+
+class AsyncEventStore:
+    """The asyncio face of :class:`EventStore`: the same methods with the same parameters,
+    as coroutines (and async iterators for :meth:`read` and :meth:`forgotten`).
+
+    Each call runs the synchronous method, one whole transaction, in a worker thread, so
+    the behaviour is that of :class:`EventStore` by construction. The store holds no
+    loop-bound state: one instance may be used from several threads, each with its own
+    event loop. A cancelled call may still complete in its thread (as a committed network
+    call would); retry appends with an idempotency key when that matters.
+
+    Args: as :class:`EventStore`. The schema is checked (and on SQLite upgraded) on the
+    first call, not in the constructor, so constructing never blocks the loop.
     """
 
     def __init__(
@@ -476,167 +671,110 @@ class AsyncEventStore(_Base):
         upgrade: bool | None = None,
         sqlite_synchronous: str = "FULL",
         busy_timeout_ms: int = 30_000,
+        lock_timeout_ms: int = DEFAULT_LOCK_TIMEOUT_MS,
+        engine: Engine | None = None,
         **engine_kwargs: Any,
     ) -> None:
-        from sqlalchemy.ext.asyncio import create_async_engine
-
-        super().__init__(
-            tenant=tenant, token_counter=token_counter, max_event_bytes=max_event_bytes
+        sync = EventStore.__new__(EventStore)
+        sync._setup(
+            url,
+            tenant=tenant,
+            token_counter=token_counter,
+            max_event_bytes=max_event_bytes,
+            upgrade=upgrade,
+            sqlite_synchronous=sqlite_synchronous,
+            busy_timeout_ms=busy_timeout_ms,
+            lock_timeout_ms=lock_timeout_ms,
+            engine=engine,
+            engine_kwargs=engine_kwargs,
         )
-        self.url = resolve_url(url, async_=True)
-        self.engine = create_async_engine(self.url, **engine_kwargs)
-        self.dialect = self.engine.dialect.name
-        if self.dialect == "sqlite":
-            _configure_sqlite(self.engine.sync_engine, sqlite_synchronous.upper(), busy_timeout_ms)
-        self._upgrade = self.dialect == "sqlite" if upgrade is None else upgrade
-        self._ready = False
-        # Schema checks and upgrades run through a short-lived sync store on first use.
-        self._sync_url = resolve_url(url)
-        self._sync_opts = {"sqlite_synchronous": sqlite_synchronous, "upgrade": self._upgrade}
+        self.sync = sync
+        """The synchronous store underneath (same engine, same tenant)."""
 
-    async def _ensure(self) -> None:
-        if self._ready:
-            return
-        import asyncio
+    @classmethod
+    def from_sync(cls, store: EventStore) -> AsyncEventStore:
+        """An async face over an existing :class:`EventStore` (sharing everything)."""
+        self = cls.__new__(cls)
+        self.sync = store
+        return self
 
-        def _open() -> None:
-            EventStore(self._sync_url, **self._sync_opts).close()  # type: ignore[arg-type]
+    @property
+    def tenant(self) -> str:
+        """The tenant every call is scoped to."""
+        return self.sync.tenant
 
-        await asyncio.to_thread(_open)
-        self._ready = True
+    @property
+    def url(self) -> str:
+        """The database URL."""
+        return self.sync.url
+
+    @property
+    def dialect(self) -> str:
+        """``sqlite`` or ``postgresql``."""
+        return self.sync.dialect
+
+    @property
+    def engine(self) -> Engine:
+        """The (synchronous, thread-safe) SQLAlchemy engine."""
+        return self.sync.engine
+
+    @property
+    def token_counter(self) -> TokenCounter:
+        """Counts part tokens at append time."""
+        return self.sync.token_counter
+
+    @property
+    def max_event_bytes(self) -> int:
+        """Largest stored payload of a single event."""
+        return self.sync.max_event_bytes
+
+    def with_tenant(self, tenant: str) -> AsyncEventStore:
+        """The same database, scoped to another tenant (shares the engine)."""
+        return AsyncEventStore.from_sync(self.sync.with_tenant(tenant))
 
     async def close(self) -> None:
         """Release pooled connections."""
-        await self.engine.dispose()
+        await asyncio.to_thread(self.sync.close)
 
     async def __aenter__(self) -> AsyncEventStore:
-        await self._ensure()
+        await asyncio.to_thread(self.sync._open_schema)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    async def _run(self, fn: Callable[..., T], *args: Any, write: bool = False, **kw: Any) -> T:
-        await self._ensure()
-        try:
-            async with self.engine.connect() as conn:
-                if write and self.dialect == "sqlite":
-                    conn = await conn.execution_options(sqlite_begin="IMMEDIATE")
-                async with conn.begin():
-                    return await conn.run_sync(lambda sync_conn: fn(sync_conn, *args, **kw))
-        except DBAPIError as exc:
-            raise _map_db_error(exc) from None
+    create_session = _awaitable(EventStore.create_session)
+    get_session = _awaitable(EventStore.get_session)
+    list_sessions = _awaitable(EventStore.list_sessions)
+    head = _awaitable(EventStore.head)
+    fork = _awaitable(EventStore.fork)
+    append = _awaitable(EventStore.append)
+    append_result = _awaitable(EventStore.append_result)
+    read = _streaming(EventStore.read)
+    latest_event = _awaitable(EventStore.latest_event)
+    verify = _awaitable(EventStore.verify)
+    seal = _awaitable(EventStore.seal)
+    stats = _awaitable(EventStore.stats)
+    view = _awaitable(EventStore.view)
+    original = _awaitable(EventStore.original)
+    forgotten = _streaming(EventStore.forgotten)
+    record_llm_call = _awaitable(EventStore.record_llm_call)
+    calibrated_tokens = _awaitable(EventStore.calibrated_tokens)
 
-    async def create_session(
-        self,
-        *,
-        user_id: str | None = None,
-        title: str | None = None,
-        metadata: dict[str, Any] | None = None,
-        session_id: str | None = None,
-    ) -> Session:
-        """See :meth:`EventStore.create_session`."""
-        return await self._run(
-            _core.create_session,
-            self.tenant,
-            session_id=session_id,
-            user_id=user_id,
-            title=title,
-            metadata=metadata,
-            write=True,
-        )
 
-    async def get_session(self, session_id: str) -> Session:
-        """See :meth:`EventStore.get_session`."""
-        return await self._run(_core.get_session, self.tenant, session_id)
+# --------------------------------------------------------------------------- functions
 
-    async def list_sessions(
-        self, *, user_id: str | None = None, limit: int | None = 50, offset: int = 0
-    ) -> list[Session]:
-        """See :meth:`EventStore.list_sessions`."""
-        return await self._run(
-            _core.list_sessions, self.tenant, user_id=user_id, limit=limit, offset=offset
-        )
 
-    async def head(self, session_id: str) -> int:
-        """See :meth:`EventStore.head`."""
-        return (await self.get_session(session_id)).head_seq
+def record_llm_call(
+    store: EventStore, session_id: str, view: View, response: Any = None, **kwargs: Any
+) -> int:
+    """``store.record_llm_call(session_id, view, response, ...)``, as a function.
 
-    async def append(
-        self,
-        session_id: str,
-        events: Sequence[Event | dict[str, Any]],
-        *,
-        expected_seq: int | None = None,
-        idempotency_key: str | None = None,
-    ) -> list[int]:
-        """See :meth:`EventStore.append`."""
-        return (
-            await self.append_result(
-                session_id, events, expected_seq=expected_seq, idempotency_key=idempotency_key
-            )
-        ).seqs
+    Works with either store: with an :class:`AsyncEventStore` it returns the coroutine.
+    """
+    return store.record_llm_call(session_id, view, response, **kwargs)
 
-    async def append_result(
-        self,
-        session_id: str,
-        events: Sequence[Event | dict[str, Any]],
-        *,
-        expected_seq: int | None = None,
-        idempotency_key: str | None = None,
-    ) -> AppendResult:
-        """See :meth:`EventStore.append_result`."""
-        encoded = self._encode(events)
-        try:
-            return await self._run(
-                _core.append,
-                self.tenant,
-                session_id,
-                encoded,
-                expected_seq=expected_seq,
-                idempotency_key=idempotency_key,
-                write=True,
-            )
-        except StorageError:
-            head = await self.head(session_id)
-            if expected_seq is not None and head != expected_seq:
-                raise ConflictError(session_id, expected_seq, head) from None
-            raise
 
-    async def read(
-        self,
-        session_id: str,
-        from_seq: int = 1,
-        to_seq: int | None = None,
-        kinds: Iterable[str] | None = None,
-    ) -> AsyncIterator[StoredEvent]:
-        """See :meth:`EventStore.read`."""
-        segments, head = await self._run(_core.lineage_and_head, self.tenant, session_id)
-        last = head if to_seq is None else min(to_seq, head)
-        after = max(from_seq, 1) - 1
-        kind_list = list(kinds) if kinds is not None else None
-        while after < last:
-            page = await self._run(_core.read_page, segments, after, last, kind_list)
-            if not page:
-                return
-            for item in page:
-                yield item
-            after = page[-1].seq
-
-    async def view(
-        self, session_id: str, as_of: int | None = None, options: ViewOptions | None = None
-    ) -> View:
-        """See :meth:`EventStore.view`."""
-        from .views import build_view
-
-        return await self._run(
-            build_view, self.tenant, session_id, as_of, options, self.token_counter
-        )
-
-    async def fork(
-        self, session_id: str, at_seq: int, *, title: str | None = None, **kw: Any
-    ) -> Session:
-        """See :meth:`EventStore.fork`."""
-        return await self._run(
-            _core.fork_session, self.tenant, session_id, at_seq, title=title, write=True, **kw
-        )
+def calibrated_tokens(store: EventStore, view: View) -> int:
+    """``store.calibrated_tokens(view)``, as a function (a coroutine for the async store)."""
+    return store.calibrated_tokens(view)

@@ -8,9 +8,9 @@ costs nothing; :class:`LiteLLMTokenCounter` uses litellm's offline tokenizers fo
 from __future__ import annotations
 
 import math
-import os
 from typing import Protocol, runtime_checkable
 
+from . import _litellm
 from .events import FilePart, Part, ReasoningPart, TextPart, ToolCallPart, ToolResultPart
 
 __all__ = [
@@ -20,7 +20,6 @@ __all__ = [
     "part_text",
     "count_part",
     "MESSAGE_OVERHEAD",
-    "import_litellm",
 ]
 
 #: Tokens charged per message for role and framing, as OpenAI's chat format does.
@@ -52,33 +51,18 @@ class HeuristicTokenCounter:
         return math.ceil(len(text) / self.chars_per_token) if text else 0
 
 
-def import_litellm():  # type: ignore[no-untyped-def]
-    """Import litellm with its network lookups switched off.
-
-    litellm fetches a model price map and Hugging Face tokenizers unless told not to; the
-    settings must be in place before its first import.
-    """
-    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    import litellm
-
-    litellm.disable_hf_tokenizer_download = True
-    litellm.suppress_debug_info = True
-    litellm.telemetry = False
-    return litellm
-
-
 class LiteLLMTokenCounter:
     """Exact counts from litellm's tokenizer for ``model`` (tiktoken for OpenAI models)."""
 
     def __init__(self, model: str) -> None:
         self.model = model
         self.name = f"litellm:{model}"
-        self._litellm = import_litellm()
+        _litellm.import_litellm()  # fail here, not on the first count, if it is missing
 
     def count(self, text: str) -> int:
         if not text:
             return 0
-        return int(self._litellm.token_counter(model=self.model, text=text))
+        return _litellm.count_tokens(self.model, text)
 
 
 def part_text(part: Part) -> str:

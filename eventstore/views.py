@@ -1,53 +1,72 @@
-"""Context views: what the model sees, rebuilt from the log at any seq.
+"""Context views: what the model sees, assembled from stored rows. Pure: no SQL, no store.
 
 A view at ``as_of`` is the pinned head, the summary of the latest condensation at or before
 ``as_of``, and the message events after the range that condensation forgot. Prunes stamp
 parts with the seq that compacted them, so a prune made after ``as_of`` is invisible to the
 view at ``as_of``; that is what makes time travel exact.
 
-Cost: one indexed probe per lineage segment for the latest condensation, a primary-key read
-of the pinned events, and one range read of the tail's events and parts. Nothing before
-the forgotten range's end is read, so the cost follows the tail, not the session.
+The statement layer reads a :class:`ViewRows` (see :func:`eventstore._view_rows.view_rows`: one
+probe for the condensation, the pinned events, one range read of the tail), and
+:func:`assemble` turns it into a :class:`View`. :func:`apply_event` predicts the view
+after a prune or condensation without reading anything, which is how a condenser pipeline
+plans several steps on one read and writes them in one append.
+
+Compacted tool results have one rendering everywhere: :func:`placeholder_text`. The same
+text is counted for the view's tokens, estimated by the pruner, and shown by the CLI; and
+a message with a compacted part never carries its stored ``extra`` fields (which may hold
+the verbatim original), whatever the options say.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, NamedTuple
 
 from pydantic import BaseModel, ConfigDict
-from sqlalchemy import select
-from sqlalchemy.engine import Connection
 
-from . import _core
 from .codec import canonical_json
-from .errors import InvalidEventError, NotFoundError
-from .events import Condensation, LLMCall, Message, PartRef, ToolResultPart, Usage
-from .records import StoredEvent, VerifyReport
-from .schema import events, fork_compactions, parts
+from .events import (
+    Condensation,
+    LLMCall,
+    Message,
+    Part,
+    PartRef,
+    Prune,
+    ToolResultPart,
+    Usage,
+)
+from .records import StoredEvent
 from .tokens import MESSAGE_OVERHEAD, TokenCounter
-
-if TYPE_CHECKING:
-    from .store import EventStore
 
 __all__ = [
     "View",
     "ViewItem",
     "ViewOptions",
-    "build_view",
+    "ViewRows",
+    "PartState",
+    "assemble",
+    "apply_event",
+    "render",
+    "placeholder_text",
     "fingerprint",
-    "record_llm_call",
-    "verify_llm_calls",
-    "calibrated_tokens",
-    "original_part",
+    "llm_call_events",
+    "calibrate",
+    "calibration_floor",
+    "DEFAULT_PLACEHOLDER",
+    "DEFAULT_INTERRUPTED",
+    "DEFAULT_SUMMARY_PREFIX",
+    "TASK_MARK",
+    "is_marked_task",
 ]
 
 DEFAULT_PLACEHOLDER = "[Old tool result content cleared]"
 DEFAULT_INTERRUPTED = "[Tool call interrupted: no result was recorded]"
 DEFAULT_SUMMARY_PREFIX = "Summary of the earlier conversation (older events were condensed):\n\n"
+RENDER_VERSION = 2
+"""The current rendering (see :attr:`ViewOptions.render_version`)."""
 
 
 class ViewOptions(BaseModel):
@@ -58,7 +77,7 @@ class ViewOptions(BaseModel):
 
     placeholder: str = DEFAULT_PLACEHOLDER
     """Text shown instead of a compacted tool result. ``{seq}`` and ``{index}`` are filled
-    with the original's reference when present."""
+    with the original's reference; any other brace is literal text."""
     interrupted: str = DEFAULT_INTERRUPTED
     """Text of the synthetic result rendered for a call that never got one."""
     summary_role: str = "user"
@@ -68,11 +87,55 @@ class ViewOptions(BaseModel):
     pin_system: bool = True
     """Keep the first system message verbatim (used when nothing was condensed yet)."""
     pin_first_user: bool = True
-    """Keep the first user message verbatim (used when nothing was condensed yet)."""
+    """Keep the user messages before the first assistant message verbatim (the task and
+    anything shown before it; used when nothing was condensed yet)."""
+    render_version: int = RENDER_VERSION
+    """How messages are rendered. 2: a message that only calls tools goes out with
+    ``content: null``, as providers send it; 1: with ``""`` (the first release). Recorded
+    with every ``llm_call``; a call recorded before the field existed rebuilds with 1
+    (see :meth:`recorded`)."""
     keep_extra: bool = False
     """Also send message fields that have no typed slot (``Message.extra``, kept so imports
     round-trip exactly). Off by default: providers may reject keys such as a trajectory's
-    private ``thought`` or ``agent`` fields."""
+    private ``thought`` or ``agent`` fields. Never applied to a message with a compacted
+    part: its extra fields may hold the original content."""
+
+    @classmethod
+    def recorded(cls, render_options: dict[str, Any]) -> ViewOptions:
+        """The options an ``llm_call`` recorded (``render_options``), as they were when the
+        call was made: a call that names no ``render_version`` predates it (version 1)."""
+        return cls(**{"render_version": 1, **render_options})
+
+
+class PartState(NamedTuple):
+    """What the ``parts`` table says about one part at the view's seq."""
+
+    tokens: int
+    """Stored token count."""
+    compacted_seq: int | None
+    """Seq of the prune that compacted it, if that prune is visible at the view's seq."""
+
+
+@dataclass(slots=True)
+class ViewRows:
+    """The stored rows a view is assembled from (read by the statement layer)."""
+
+    session_id: str
+    seq: int
+    """The view's seq (``as_of``, or the head)."""
+    condensation: StoredEvent | None
+    """The latest condensation at or before ``seq``."""
+    pinned: list[StoredEvent]
+    """Message events the condensation pins (empty without a condensation)."""
+    tail: list[StoredEvent]
+    """Message events after the forgotten range (all of them without a condensation)."""
+    parts: dict[int, dict[int, PartState]]
+    """Part state by seq and index, for the pinned and tail events."""
+    control: list[StoredEvent]
+    """Condensation requests after the condensation, the custom events after the first,
+    and the newest ``condenser.circuit*`` custom event after the condensation."""
+    rows_read: int = 0
+    """Rows fetched."""
 
 
 @dataclass(slots=True)
@@ -85,6 +148,8 @@ class ViewItem:
     """Stored token count of each part."""
     compacted: dict[int, PartRef] = field(default_factory=dict)
     """Parts shown as a placeholder, by index, with the reference to the original."""
+    compacted_by: dict[int, int] = field(default_factory=dict)
+    """Seq of the prune that compacted each part in :attr:`compacted`, by index."""
     pinned: bool = False
     """Whether the item belongs to the pinned head."""
     tokens: int = 0
@@ -99,7 +164,8 @@ class ViewItem:
     def message(self) -> Message:
         """The message as stored (compacted parts still hold their full content)."""
         evt = self.stored.event
-        assert isinstance(evt, Message)
+        if not isinstance(evt, Message):  # pragma: no cover - views hold messages only
+            raise TypeError(f"seq {self.stored.seq} is a {evt.kind}, not a message")
         return evt
 
 
@@ -125,6 +191,10 @@ class View:
     """Database rows fetched to build it (a cost measure: follows the tail, not the session)."""
     extra_tokens: int = 0
     """Tokens of synthetic content (interrupted results)."""
+    control: list[StoredEvent] = field(default_factory=list)
+    """Condensation requests made since the view's condensation (with the custom events
+    that follow the first one, where a policy records its answers), and the newest
+    ``condenser.circuit*`` custom event since the condensation (a policy's breaker state)."""
     _messages: list[dict[str, Any]] | None = None
 
     @property
@@ -140,11 +210,9 @@ class View:
     @property
     def summary(self) -> str | None:
         """The condensation summary shown, if any."""
-        if self.condensation is None:
+        if self.condensation is None or not isinstance(self.condensation.event, Condensation):
             return None
-        evt = self.condensation.event
-        assert isinstance(evt, Condensation)
-        return evt.summary
+        return self.condensation.event.summary
 
     @property
     def tokens(self) -> int:
@@ -171,221 +239,181 @@ def fingerprint(messages: Sequence[dict[str, Any]]) -> str:
     return hashlib.sha256(canonical_json(list(messages)).encode("utf-8")).hexdigest()
 
 
-# --------------------------------------------------------------------------- building
+def placeholder_text(options: ViewOptions, ref: PartRef) -> str:
+    """The text shown (and counted) instead of the compacted part ``ref``."""
+    text = options.placeholder
+    if "{" in text:
+        # Plain replacement, not str.format: a template may contain other braces.
+        text = text.replace("{seq}", str(ref.seq)).replace("{index}", str(ref.index))
+    return text
 
 
-def build_view(
-    conn: Connection,
-    tenant: str,
-    session_id: str,
-    as_of: int | None,
-    options: ViewOptions | None,
-    counter: TokenCounter,
-) -> View:
-    """Materialize the view of ``session_id`` at ``as_of`` (default: the head)."""
+# --------------------------------------------------------------------------- assembling
+
+
+class _Counts:
+    """Token counts of synthetic texts, computed once per view."""
+
+    def __init__(self, counter: TokenCounter) -> None:
+        self.counter = counter
+        self._cache: dict[str, int] = {}
+
+    def __call__(self, text: str) -> int:
+        n = self._cache.get(text)
+        if n is None:
+            n = self._cache[text] = self.counter.count(text)
+        return n
+
+
+def assemble(rows: ViewRows, options: ViewOptions | None, counter: TokenCounter) -> View:
+    """Build the :class:`View` described by ``rows``."""
     options = options or ViewOptions()
-    segments, head = _core.lineage_and_head(conn, tenant, session_id)
-    seq = head if as_of is None else as_of
-    if not 0 <= seq <= head:
-        raise InvalidEventError(f"as_of: {as_of} is outside 0..{head} for session {session_id}")
-    rows = 0
-
-    cond: StoredEvent | None = None
-    for seg in reversed(_core.clip(segments, 1, seq)):
-        row = conn.execute(
-            select(*_core._EVENT_COLS)
-            .where(
-                events.c.session_id == seg.owner,
-                events.c.kind == "condensation",
-                events.c.seq >= seg.lo,
-                events.c.seq <= seg.hi,
-            )
-            .order_by(events.c.seq.desc())
-            .limit(1)
-        ).first()
-        if row is not None:
-            rows += 1
-            cond = _core.row_to_stored(row, seg.owner)
-            break
-
-    items: list[ViewItem] = []
-    if cond is not None:
-        c = cond.event
-        assert isinstance(c, Condensation)
-        pinned_seqs = sorted(set(c.pinned))
-        tail_lo = c.forgotten_to + 1
-        pinned_events = _read_seqs(conn, segments, pinned_seqs)
-        rows += len(pinned_events)
-        tail_events = _read_messages(conn, segments, tail_lo, seq)
-        rows += len(tail_events)
-        wanted = pinned_events + tail_events
-        ranges = _ranges([e.seq for e in pinned_events]) + [(tail_lo, seq)]
+    cond = rows.condensation
+    if cond is not None and isinstance(cond.event, Condensation):
+        pinned_seqs = {e.seq for e in rows.pinned}
+        wanted = rows.pinned + rows.tail
     else:
-        tail_events = _read_messages(conn, segments, 1, seq)
-        rows += len(tail_events)
-        wanted = tail_events
-        pinned_seqs = _default_pins(tail_events, options)
-        ranges = [(1, seq)]
-
-    part_info, n = _read_parts(conn, segments, ranges, seq)
-    rows += n
-    pinned_set = set(pinned_seqs)
-    placeholder_cache: dict[str, int] = {}
+        pinned_seqs = set(_default_pins(rows.tail, options))
+        wanted = rows.tail
+    counts = _Counts(counter)
+    items: list[ViewItem] = []
     prunes: set[int] = set()
     for stored in wanted:
-        info = part_info.get(stored.seq, {})
-        ptoks = [info[i][0] if i in info else 0 for i in range(len(stored.event.parts))]  # type: ignore[union-attr]
-        item = ViewItem(stored=stored, part_tokens=ptoks, pinned=stored.seq in pinned_set)
+        info = rows.parts.get(stored.seq, {})
+        n_parts = len(stored.event.parts) if isinstance(stored.event, Message) else 0
+        states = [info.get(i, PartState(0, None)) for i in range(n_parts)]
+        item = ViewItem(
+            stored=stored,
+            part_tokens=[s.tokens for s in states],
+            pinned=stored.seq in pinned_seqs,
+        )
         tokens = MESSAGE_OVERHEAD
-        for idx, tok in enumerate(ptoks):
-            compacted_by = info.get(idx, (0, None))[1]
-            if compacted_by is not None:
-                item.compacted[idx] = PartRef(seq=stored.seq, index=idx)
-                prunes.add(compacted_by)
-                text = _placeholder(options, stored.seq, idx)
-                if text not in placeholder_cache:
-                    placeholder_cache[text] = counter.count(text)
-                tokens += placeholder_cache[text]
+        for idx, state in enumerate(states):
+            if state.compacted_seq is not None:
+                ref = PartRef(seq=stored.seq, index=idx)
+                item.compacted[idx] = ref
+                item.compacted_by[idx] = state.compacted_seq
+                prunes.add(state.compacted_seq)
+                tokens += counts(placeholder_text(options, ref))
             else:
-                tokens += tok
+                tokens += state.tokens
         item.tokens = tokens
         items.append(item)
-
     view = View(
-        session_id=session_id,
-        seq=seq,
+        session_id=rows.session_id,
+        seq=rows.seq,
         items=items,
         condensation=cond,
         prunes=sorted(prunes),
         options=options,
-        rows_read=rows,
+        rows_read=rows.rows_read,
+        control=list(rows.control),
     )
-    if cond is not None and view.summary is not None:
-        summary = options.summary_prefix + view.summary
-        view.summary_tokens = MESSAGE_OVERHEAD + counter.count(summary)
-    interrupted = _unanswered_calls(items)
-    if interrupted:
-        view.extra_tokens = len(interrupted) * (
-            MESSAGE_OVERHEAD + counter.count(options.interrupted)
-        )
+    _measure_synthetic(view, counts)
     return view
 
 
-def _placeholder(options: ViewOptions, seq: int, index: int) -> str:
-    if "{" in options.placeholder:
-        return options.placeholder.format(seq=seq, index=index)
-    return options.placeholder
+def _measure_synthetic(view: View, counts: _Counts) -> None:
+    options = view.options
+    summary = view.summary
+    view.summary_tokens = (
+        MESSAGE_OVERHEAD + counts(options.summary_prefix + summary) if summary is not None else 0
+    )
+    interrupted = _unanswered_calls(view.items)
+    view.extra_tokens = len(interrupted) * (MESSAGE_OVERHEAD + counts(options.interrupted))
+
+
+TASK_MARK = "task"
+"""Key under ``Message.provider_metadata["eventstore"]`` by which an importer marks the
+message that states the task (pinned wherever it appears)."""
+
+
+def is_marked_task(msg: Message) -> bool:
+    """Whether an importer marked ``msg`` as the task statement."""
+    meta = (msg.provider_metadata or {}).get("eventstore")
+    return isinstance(meta, dict) and meta.get(TASK_MARK) is True
 
 
 def _default_pins(tail: list[StoredEvent], options: ViewOptions) -> list[int]:
+    """The head kept verbatim before anything is condensed: the first system message,
+    every user message before the first assistant message (a demonstration or template
+    may come before the task), and any message marked as the task."""
     pins: list[int] = []
-    want_system, want_user = options.pin_system, options.pin_first_user
+    want_system = options.pin_system
+    head = options.pin_first_user
     for stored in tail:
         evt = stored.event
-        assert isinstance(evt, Message)
+        if not isinstance(evt, Message):
+            continue
         if want_system and evt.role == "system":
             pins.append(stored.seq)
             want_system = False
-        elif want_user and evt.role == "user":
+        elif evt.role == "assistant":
+            head = False
+        elif (head and evt.role == "user" and not evt.tool_results) or is_marked_task(evt):
             pins.append(stored.seq)
-            want_user = False
-        if not (want_system or want_user):
-            break
     return pins
 
 
-def _read_seqs(
-    conn: Connection, segments: Sequence[_core.Segment], seqs: list[int]
-) -> list[StoredEvent]:
-    out = []
-    for s in seqs:
-        owner = _core.owner_of(segments, s)
-        if owner is None:
-            continue
-        row = conn.execute(
-            select(*_core._EVENT_COLS).where(events.c.session_id == owner, events.c.seq == s)
-        ).first()
-        if row is not None and row.kind == "message":
-            out.append(_core.row_to_stored(row, owner))
-    return out
+def apply_event(view: View, event: Prune | Condensation, counter: TokenCounter) -> View:
+    """The view as it will be once ``event`` is appended at seq ``view.seq + 1``.
 
-
-def _read_messages(
-    conn: Connection, segments: Sequence[_core.Segment], lo: int, hi: int
-) -> list[StoredEvent]:
-    out: list[StoredEvent] = []
-    for seg in _core.clip(segments, lo, hi):
-        q = (
-            select(*_core._EVENT_COLS)
-            .where(
-                events.c.session_id == seg.owner,
-                events.c.seq >= seg.lo,
-                events.c.seq <= seg.hi,
-                events.c.kind == "message",
+    Pure prediction, equal to what the store builds after the append (a test holds it to
+    that). Raises :class:`ValueError` for an event this view cannot predict (a
+    condensation pinning an event the view does not show); read the view again instead.
+    """
+    seq = view.seq + 1
+    counts = _Counts(counter)
+    options = view.options
+    if isinstance(event, Prune):
+        targets = {(r.seq, r.index) for r in event.targets}
+        items = []
+        prunes = set(view.prunes)
+        for item in view.items:
+            hit = [i for s, i in targets if s == item.seq and i not in item.compacted]
+            hit = [i for i in hit if 0 <= i < len(item.part_tokens)]
+            if not hit:
+                items.append(item)
+                continue
+            new = replace(
+                item, compacted=dict(item.compacted), compacted_by=dict(item.compacted_by)
             )
-            .order_by(events.c.seq)
-        )
-        out.extend(_core.row_to_stored(r, seg.owner) for r in conn.execute(q))
-    return out
-
-
-def _ranges(seqs: list[int]) -> list[tuple[int, int]]:
-    """Contiguous runs of sorted ``seqs`` as (lo, hi) pairs."""
-    out: list[tuple[int, int]] = []
-    for s in sorted(set(seqs)):
-        if out and s == out[-1][1] + 1:
-            out[-1] = (out[-1][0], s)
-        else:
-            out.append((s, s))
-    return out
-
-
-def _read_parts(
-    conn: Connection,
-    segments: Sequence[_core.Segment],
-    ranges: list[tuple[int, int]],
-    as_of: int,
-) -> tuple[dict[int, dict[int, tuple[int, int | None]]], int]:
-    """Token counts and effective compaction (the prune's seq, or None) per part."""
-    out: dict[int, dict[int, tuple[int, int | None]]] = {}
-    rows = 0
-    caps = {seg.owner: seg.hi for seg in segments}
-    for lo, hi in ranges:
-        if lo > hi:
-            continue
-        for seg in _core.clip(segments, lo, hi):
-            # A stamp counts when its prune is visible at as_of and, for an inherited
-            # segment, was made by its owner before the fork point that caps it.
-            cap = caps[seg.owner]
-            limit = as_of if cap is None else min(as_of, cap)
-            q = select(parts.c.seq, parts.c.idx, parts.c.token_count, parts.c.compacted_seq).where(
-                parts.c.session_id == seg.owner, parts.c.seq >= seg.lo, parts.c.seq <= seg.hi
-            )
-            for r in conn.execute(q):
-                rows += 1
-                stamp = r.compacted_seq
-                if stamp is not None and stamp > limit:
-                    stamp = None
-                out.setdefault(r.seq, {})[r.idx] = (r.token_count, stamp)
-        if len(segments) > 1:
-            # Compactions a fork applied to parts it inherited.
-            for seg in segments[1:]:
-                cap = caps[seg.owner]
-                limit = as_of if cap is None else min(as_of, cap)
-                q = select(
-                    fork_compactions.c.seq, fork_compactions.c.idx, fork_compactions.c.compacted_seq
-                ).where(
-                    fork_compactions.c.session_id == seg.owner,
-                    fork_compactions.c.seq >= lo,
-                    fork_compactions.c.seq <= hi,
-                    fork_compactions.c.compacted_seq <= limit,
-                )
-                for r in conn.execute(q):
-                    rows += 1
-                    cur = out.get(r.seq, {}).get(r.idx)
-                    if cur is not None and cur[1] is None:
-                        out[r.seq][r.idx] = (cur[0], r.compacted_seq)
-    return out, rows
+            for idx in hit:
+                ref = PartRef(seq=item.seq, index=idx)
+                new.compacted[idx] = ref
+                new.compacted_by[idx] = seq
+                new.tokens += counts(placeholder_text(options, ref)) - item.part_tokens[idx]
+            prunes.add(seq)
+            items.append(new)
+        return replace(view, seq=seq, items=items, prunes=sorted(prunes), _messages=None)
+    pins = set(event.pinned)
+    shown = {i.seq for i in view.items}
+    if any(p <= view.seq and p not in shown for p in pins):
+        raise ValueError("the condensation pins an event this view does not show")
+    items = [
+        replace(i, pinned=i.seq in pins)
+        for i in view.items
+        if i.seq in pins or i.seq > event.forgotten_to
+    ]
+    stored = StoredEvent(
+        session_id=view.session_id,
+        seq=seq,
+        hash="",
+        token_count=event.summary_tokens or 0,
+        event=event,
+    )
+    kept_prunes = {by for i in items for by in i.compacted_by.values()}
+    new_view = replace(
+        view,
+        seq=seq,
+        items=items,
+        condensation=stored,
+        prunes=sorted(kept_prunes),
+        control=[],
+        _messages=None,
+    )
+    _measure_synthetic(new_view, counts)
+    return new_view
 
 
 # --------------------------------------------------------------------------- rendering
@@ -402,56 +430,71 @@ def _unanswered_calls(items: Sequence[ViewItem]) -> list[str]:
     ]
 
 
-def _shown(item: ViewItem, options: ViewOptions) -> Message:
-    msg = item.message
-    if not item.compacted:
-        return msg
-    new_parts = list(msg.parts)
-    for idx, ref in item.compacted.items():
-        part = new_parts[idx]
-        assert isinstance(part, ToolResultPart)
-        new_parts[idx] = part.model_copy(
-            update={"output": _placeholder(options, ref.seq, ref.index)}
-        )
-    return msg.model_copy(update={"parts": new_parts})
+def render(view: View) -> list[dict[str, Any]]:
+    """The chat messages ``view`` renders to (what :meth:`View.to_messages` returns)."""
+    return _render(view)
 
 
 def _render(view: View) -> list[dict[str, Any]]:
-    from .interop import to_openai
+    from .chat import to_openai
 
     options = view.options
-    extra = options.keep_extra
-    msgs = [(_shown(i, options), i.pinned) for i in view.items]
+    null = options.render_version >= 2
+
+    def emit(msg: Message, compacted: dict[int, PartRef]) -> list[dict[str, Any]]:
+        if not compacted:
+            return to_openai(msg, extra=options.keep_extra, null_content=null)
+
+        def placeholder_for(index: int, _part: Part) -> str | None:
+            ref = compacted.get(index)
+            return None if ref is None else placeholder_text(options, ref)
+
+        return to_openai(msg, placeholder_for=placeholder_for, extra=False, null_content=null)
+
     # Pair results with calls: every call's result goes right after its call group, a call
     # with no result gets an explicit interrupted result, a result with no call is left
     # out (it stays in the log).
     # Queues per id: some agents reuse call ids within one history, so pairing is positional.
-    results: dict[str, list[tuple[ToolResultPart, Message]]] = {}
-    for m, _ in msgs:
-        for p in m.parts:
+    results: dict[str, list[tuple[Message, dict[int, PartRef]]]] = {}
+    for item in view.items:
+        msg = item.message
+        for idx, p in enumerate(msg.parts):
             if isinstance(p, ToolResultPart):
-                results.setdefault(p.tool_call_id, []).append((p, m))
+                ref = item.compacted.get(idx)
+                # A result carried by a non-tool message renders as a plain tool message
+                # (its extra fields describe the carrier, not the result).
+                single = (
+                    msg.model_copy(update={"parts": [p]})
+                    if msg.role == "tool"
+                    else Message(role="tool", parts=[p])
+                )
+                results.setdefault(p.tool_call_id, []).append(
+                    (single, {0: ref} if ref is not None else {})
+                )
 
     out: list[dict[str, Any]] = []
     summary = view.summary
-    summary_done = summary is None
-    for m, pinned in msgs:
-        if not summary_done and not pinned:
-            out.append({"role": options.summary_role, "content": options.summary_prefix + summary})
-            summary_done = True
-        if m.role == "tool" or (m.tool_results and m.role != "assistant"):
-            rest = [p for p in m.parts if not isinstance(p, ToolResultPart)]
-            if rest:
-                out.extend(to_openai(m.model_copy(update={"parts": rest}), extra=extra))
+    summary_msg = (
+        None
+        if summary is None
+        else {"role": options.summary_role, "content": options.summary_prefix + summary}
+    )
+    for item in view.items:
+        msg = item.message
+        if summary_msg is not None and not item.pinned:
+            out.append(summary_msg)
+            summary_msg = None
+        others = {i: p for i, p in enumerate(msg.parts) if not isinstance(p, ToolResultPart)}
+        if msg.role == "tool" or (len(others) < len(msg.parts) and msg.role != "assistant"):
+            if others:
+                rest = msg.model_copy(update={"parts": list(others.values())})
+                out.extend(emit(rest, {}))
             continue
-        own_results = [p for p in m.parts if isinstance(p, ToolResultPart)]
-        if own_results:
-            m = m.model_copy(
-                update={"parts": [p for p in m.parts if not isinstance(p, ToolResultPart)]}
-            )
-        out.extend(to_openai(m, extra=extra))
-        if m.role == "assistant":
-            for call in m.tool_calls:
+        if len(others) < len(msg.parts):
+            msg = msg.model_copy(update={"parts": list(others.values())})
+        out.extend(emit(msg, item.compacted if len(others) == len(item.message.parts) else {}))
+        if msg.role == "assistant":
+            for call in msg.tool_calls:
                 queue = results.get(call.id)
                 found = queue.pop(0) if queue else None
                 if found is None:
@@ -462,55 +505,25 @@ def _render(view: View) -> list[dict[str, Any]]:
                         is_error=True,
                         state="interrupted",
                     )
-                    out.extend(to_openai(Message(role="tool", parts=[res]), extra=extra))
+                    out.extend(_plain(Message(role="tool", parts=[res])))
                 else:
-                    res, carrier = found
-                    out.extend(to_openai(carrier.model_copy(update={"parts": [res]}), extra=extra))
-    if not summary_done:
-        out.append({"role": options.summary_role, "content": options.summary_prefix + summary})
+                    out.extend(emit(*found))
+    if summary_msg is not None:
+        out.append(summary_msg)
     return out
+
+
+def _plain(msg: Message) -> list[dict[str, Any]]:
+    """A synthetic message rendered without stored extras."""
+    from .chat import to_openai
+
+    return to_openai(msg, extra=False)
 
 
 # --------------------------------------------------------------------------- audit
 
 
-def _usage_from(response: Any) -> Usage | None:
-    usage = _get(response, "usage")
-    if usage is None:
-        return None
-    ptd = _get(usage, "prompt_tokens_details")
-    ctd = _get(usage, "completion_tokens_details")
-    return Usage(
-        prompt_tokens=_get(usage, "prompt_tokens"),
-        completion_tokens=_get(usage, "completion_tokens"),
-        cached_tokens=_get(ptd, "cached_tokens") if ptd is not None else None,
-        reasoning_tokens=_get(ctd, "reasoning_tokens") if ctd is not None else None,
-    )
-
-
-def _get(obj: Any, name: str) -> Any:
-    if obj is None:
-        return None
-    if isinstance(obj, dict):
-        return obj.get(name)
-    return getattr(obj, name, None)
-
-
-def response_cost(response: Any, model: str | None = None) -> float | None:
-    """The call's cost in USD from litellm, or ``None`` when it cannot be priced."""
-    try:
-        from .tokens import import_litellm
-
-        litellm = import_litellm()
-        cost = litellm.completion_cost(completion_response=response, model=model)
-    except Exception:
-        return None
-    return float(cost) if cost else (0.0 if cost == 0 else None)
-
-
-def record_llm_call(
-    store: EventStore,
-    session_id: str,
+def llm_call_events(
     view: View,
     response: Any = None,
     *,
@@ -519,108 +532,61 @@ def record_llm_call(
     error: str | None = None,
     append_response: bool = True,
     metadata: dict[str, Any] | None = None,
-    expected_seq: int | None = None,
-) -> int:
-    """Record that ``view`` was sent to a model, and (by default) the reply.
+) -> list[LLMCall | Message]:
+    """The events that record ``view`` being sent to a model: an ``llm_call`` carrying the
+    view's seq and fingerprint, usage and cost, then (by default) the reply message."""
+    from . import _litellm
+    from .chat import from_openai
 
-    Appends an ``llm_call`` event carrying the view's seq and fingerprint, the usage and the
-    cost (``None`` when litellm cannot price the model; pricing never fails the write),
-    followed by the assistant message from ``response`` when ``append_response`` is true.
-    Both go in one append.
-
-    Returns:
-        The seq of the ``llm_call`` event.
-    """
-    from .interop import from_openai
-
-    model_name = model or _get(response, "model") or "unknown"
+    model_name = model or _litellm.field(response, "model") or "unknown"
     messages = view.to_messages()
+    usage = _litellm.usage_of(response) if response is not None else None
     call = LLMCall(
         model=model_name,
         view_seq=view.seq,
         fingerprint=fingerprint(messages),
         message_count=len(messages),
-        usage=_usage_from(response),
-        cost=response_cost(response, model) if response is not None else None,
+        usage=Usage(**usage) if usage is not None else None,
+        cost=_litellm.response_cost(response, model) if response is not None else None,
         latency_ms=latency_ms,
-        response_id=_get(response, "id"),
+        response_id=_litellm.field(response, "id"),
         error=error,
-        render_options=view.options.model_dump(exclude_defaults=True),
+        render_options={
+            **view.options.model_dump(exclude_defaults=True),
+            "render_version": view.options.render_version,
+        },
         metadata=metadata,
     )
-    batch: list[Any] = [call]
+    batch: list[LLMCall | Message] = [call]
     if append_response and response is not None:
-        choices = _get(response, "choices") or []
+        choices = _litellm.field(response, "choices") or []
         if choices:
-            raw = _get(choices[0], "message")
+            raw = _litellm.field(choices[0], "message")
             data = raw.model_dump() if hasattr(raw, "model_dump") else dict(raw)
             data = {k: v for k, v in data.items() if v is not None or k == "content"}
             msg = from_openai(data)
             batch.append(msg.model_copy(update={"model": model_name}))
-    return store.append(session_id, batch, expected_seq=expected_seq)[0]
+    return batch
 
 
-def verify_llm_calls(store: EventStore, session_id: str, report: VerifyReport) -> None:
-    """Rebuild every recorded view and compare fingerprints; problems go to ``report``."""
-    for stored in store.read(session_id, kinds=["llm_call"]):
-        call = stored.event
-        assert isinstance(call, LLMCall)
-        report.llm_calls += 1
-        try:
-            options = ViewOptions(**call.render_options)
-            view = store.view(session_id, as_of=call.view_seq, options=options)
-        except (InvalidEventError, NotFoundError, ValueError) as exc:
-            report.problems.append(f"seq {stored.seq}: cannot rebuild view: {exc}")
-            continue
-        got = view.fingerprint()
-        if got != call.fingerprint:
-            report.problems.append(
-                f"seq {stored.seq}: view at seq {call.view_seq} renders to {got[:12]}…, "
-                f"but {call.fingerprint[:12]}… was recorded"
-            )
-
-
-def calibrated_tokens(store: EventStore, view: View) -> int:
-    """The view's tokens, anchored on the provider's count when one is available.
-
-    When the newest ``llm_call`` at or before the view reported real prompt tokens and the
-    view has not been reshaped since (no newer condensation or prune), the estimate is that
-    number plus the stored counts of what was appended after the call's view.
-    """
-    last: LLMCall | None = None
-    for stored in store.read(
-        view.session_id, from_seq=_calibration_floor(view), to_seq=view.seq, kinds=["llm_call"]
-    ):
-        evt = stored.event
-        assert isinstance(evt, LLMCall)
-        if evt.usage is not None and evt.usage.prompt_tokens:
-            last = evt
-    if last is None or last.usage is None or last.usage.prompt_tokens is None:
-        return view.tokens
-    newer = sum(i.tokens for i in view.items if i.seq > last.view_seq and not i.pinned)
-    return last.usage.prompt_tokens + newer
-
-
-def _calibration_floor(view: View) -> int:
+def calibration_floor(view: View) -> int:
+    """The first seq whose ``llm_call`` can calibrate ``view``: after the latest reshaping
+    (condensation or prune) the view shows."""
     floor = view.condensation.seq + 1 if view.condensation is not None else 1
     if view.prunes:
         floor = max(floor, max(view.prunes) + 1)
     return floor
 
 
-def original_part(conn: Connection, tenant: str, session_id: str, ref: PartRef) -> Any:
-    """The full stored part behind ``ref`` (for example a pruned tool result)."""
-    segments = _core.lineage(conn, tenant, session_id)
-    owner = _core.owner_of(segments, ref.seq)
-    row = None
-    if owner is not None:
-        row = conn.execute(
-            select(*_core._EVENT_COLS).where(events.c.session_id == owner, events.c.seq == ref.seq)
-        ).first()
-    if row is None:
-        raise NotFoundError(f"no event at seq {ref.seq} in session {session_id}")
-    stored = _core.row_to_stored(row, owner)  # type: ignore[arg-type]
-    evt = stored.event
-    if not isinstance(evt, Message) or not 0 <= ref.index < len(evt.parts):
-        raise NotFoundError(f"no part {ref.index} at seq {ref.seq} in session {session_id}")
-    return evt.parts[ref.index]
+def calibrate(view: View, calls: Iterable[LLMCall]) -> int:
+    """The view's tokens, anchored on the newest provider-reported prompt size in ``calls``
+    (``llm_call`` events from :func:`calibration_floor` to the view's seq) plus the stored
+    counts of what was appended after that call's view."""
+    last: LLMCall | None = None
+    for call in calls:
+        if call.usage is not None and call.usage.prompt_tokens:
+            last = call
+    if last is None or last.usage is None or last.usage.prompt_tokens is None:
+        return view.tokens
+    newer = sum(i.tokens for i in view.items if i.seq > last.view_seq and not i.pinned)
+    return last.usage.prompt_tokens + newer

@@ -7,16 +7,16 @@ so that for any valid message ``m``::
 
     to_openai(from_openai(m)) == [m]
 
-How that is guaranteed: :func:`from_openai` maps every field it understands to parts
-(text, files, tool calls, tool results, reasoning), then renders the message back and
-compares. Any top-level field whose rendering differs from the original (an unknown key
-such as ``refusal`` or SWE-agent's ``thought``, a content part with a field the part
-models have no slot for, ``content: None``) is kept verbatim in :attr:`Message.extra`,
-and :func:`to_openai` lays ``extra`` over what it renders. Fields the original did not
-have but the rendering would add (``tool_call_id`` of a SWE-agent tool message, which
-carries ``tool_call_ids`` instead) are listed under :data:`OMIT_KEY` in ``extra``. So the
-parts always hold the meaning (token counts, views, pruning work on them), and ``extra``
-holds only the difference needed to reproduce the exact original.
+How that is guaranteed: :func:`from_openai` maps every field it understands to parts (text,
+files, tool calls, tool results, reasoning), then renders the message back and compares. Any
+top-level field whose rendering differs from the original (an unknown key such as
+``refusal`` or SWE-agent's ``thought``, a content part with a field the part models have no
+slot for, ``content: ""`` beside tool calls) is kept verbatim in :attr:`Message.extra`, and
+:func:`to_openai` lays ``extra`` over what it renders. Fields the original did not have but
+the rendering would add (``tool_call_id`` of a SWE-agent tool message, which carries
+``tool_call_ids`` instead) are listed under :data:`OMIT_KEY` in ``extra``. So the parts
+always hold the meaning (token counts, views, pruning work on them), and ``extra`` holds
+only the difference needed to reproduce the exact original.
 
 A tool-role :class:`Message` may hold several :class:`ToolResultPart` objects; it renders
 as one ``{"role": "tool"}`` dict per result.
@@ -71,6 +71,7 @@ def to_openai(
     *,
     placeholder_for: PlaceholderFor | None = None,
     extra: bool = True,
+    null_content: bool = True,
 ) -> list[dict[str, Any]]:
     """Render a message as OpenAI/litellm chat message dicts.
 
@@ -81,6 +82,8 @@ def to_openai(
         extra: Lay :attr:`Message.extra` over the rendering, reproducing the original
             dict exactly. Pass ``False`` to emit only the standard OpenAI fields (what a
             provider expects when a message came from a trajectory with private keys).
+        null_content: Render a message that only calls tools with ``content: None``, as
+            providers send it (``False``: an empty string, as the first release did).
 
     Returns:
         One dict, or one per tool result for a tool message.
@@ -92,7 +95,7 @@ def to_openai(
     if message.role == "tool":
         out = _render_tool(message, placeholder_for)
     else:
-        out = [_render_chat(message, placeholder_for)]
+        out = [_render_chat(message, placeholder_for, null_content)]
     if extra and message.extra:
         replaced = placeholder_for is not None and _any_placeholder(message, placeholder_for)
         _overlay(out, message.extra, keep_rendered_content=replaced)
@@ -148,7 +151,9 @@ def _render_tool(message: Message, placeholder_for: PlaceholderFor | None) -> li
     return out
 
 
-def _render_chat(message: Message, placeholder_for: PlaceholderFor | None) -> dict[str, Any]:
+def _render_chat(
+    message: Message, placeholder_for: PlaceholderFor | None, null_content: bool = True
+) -> dict[str, Any]:
     content: list[dict[str, Any]] = []
     calls: list[dict[str, Any]] = []
     reasoning_text: str | None = None
@@ -177,7 +182,12 @@ def _render_chat(message: Message, placeholder_for: PlaceholderFor | None) -> di
         else:
             content.append(_render_file(part))
     d: dict[str, Any] = {"role": message.role}
-    d["content"] = _content_value(content, message.content_list)
+    if null_content and calls and not content and not message.content_list:
+        # Providers send a message that only calls tools with ``content: null``; some
+        # reject an empty string there.
+        d["content"] = None
+    else:
+        d["content"] = _content_value(content, message.content_list)
     if message.name is not None:
         d["name"] = message.name
     if calls:

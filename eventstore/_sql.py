@@ -1,8 +1,15 @@
-"""The SQL behind the store, written once against a synchronous SQLAlchemy connection.
+"""The statement layer: every SQL statement the store runs, against a sync Connection.
 
-:class:`~eventstore.store.EventStore` runs these functions on a pooled connection;
-:class:`~eventstore.store.AsyncEventStore` runs the very same functions through
-``AsyncConnection.run_sync``. Nothing here commits: callers own the transaction.
+Sessions (create, get, list, fork lineage), the append path (head lock, inserts, prunes),
+reads (event pages, verification pages, single events) and stats; the rows a view is
+assembled from are read by its sibling :mod:`eventstore._view_rows`. Nothing here
+commits: the caller (:mod:`eventstore.store`) owns the transaction, and nothing here
+decides what a view looks like (that is :mod:`eventstore.views`, which never touches the
+database).
+
+Forks: a session created by ``fork`` shares its parent's events up to the fork point
+without copying them. Its *lineage* is a list of :class:`Segment` objects saying which
+session's rows hold which seq range; every read goes through it.
 """
 
 from __future__ import annotations
@@ -16,22 +23,24 @@ from typing import Any
 from sqlalchemy import and_, bindparam, func, insert, select, update
 from sqlalchemy.engine import Connection
 
+from ._checks import check_json_value, check_references
 from .codec import (
+    Encoded,
+    batch_digest,
     canonical_json,
     chain_hash,
-    column_text,
+    check_text,
     decode_event,
-    encode_event,
     new_id,
     storable_text_error,
 )
-from .errors import ConflictError, IdempotencyError, InvalidEventError, NotFoundError
-from .events import Condensation, Event, Message, Prune, ToolResultPart, utcnow
+from .errors import ConflictError, IdempotencyMismatchError, InvalidEventError, NotFoundError
+from .events import Prune, utcnow
 from .records import AppendResult, Session, StoredEvent
 from .schema import events, fork_compactions, parts, sessions
-from .tokens import MESSAGE_OVERHEAD, TokenCounter, count_part
 
 READ_PAGE = 256
+BREAKER_PREFIX = "condenser.circuit"  # custom events that carry a policy's breaker state
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,59 +50,6 @@ class Segment:
     owner: str
     lo: int
     hi: int | None  # None: open-ended (the session's own segment)
-
-
-@dataclass(slots=True)
-class Encoded:
-    """An event prepared for insertion outside the write lock."""
-
-    event: Event
-    kind: str
-    payload: str
-    size: int
-    token_count: int
-    part_rows: list[dict[str, Any]]
-
-
-def encode(evt: Event, counter: TokenCounter) -> Encoded:
-    payload = encode_event(evt)
-    size = len(payload.encode("utf-8"))
-    part_rows: list[dict[str, Any]] = []
-    if isinstance(evt, Message):
-        total = MESSAGE_OVERHEAD
-        for idx, part in enumerate(evt.parts):
-            n = count_part(counter, part)
-            total += n
-            part_rows.append(
-                {
-                    "idx": idx,
-                    "type": part.type,
-                    # Index copies of payload data: escaped and capped so that any id
-                    # the payload holds verbatim fits the column on both backends.
-                    "tool_call_id": column_text(
-                        getattr(part, "tool_call_id", None)
-                        or (part.id if part.type == "tool_call" else None),
-                        255,
-                    ),
-                    "tool_name": column_text(
-                        getattr(part, "name", None)
-                        if part.type in ("tool_call", "tool_result")
-                        else None,
-                        255,
-                    ),
-                    "state": part.state if isinstance(part, ToolResultPart) else None,
-                    "token_count": n,
-                }
-            )
-    elif isinstance(evt, Condensation):
-        total = evt.summary_tokens or (counter.count(evt.summary) if evt.summary else 0)
-        if evt.summary and not evt.summary_tokens:
-            evt = evt.model_copy(update={"summary_tokens": total})
-            payload = encode_event(evt)
-            size = len(payload.encode("utf-8"))
-    else:
-        total = 0
-    return Encoded(evt, evt.kind, payload, size, total, part_rows)
 
 
 # --------------------------------------------------------------------------- sessions
@@ -138,8 +94,12 @@ def create_session(
         if exists:
             raise InvalidEventError(f"session_id {sid!r} already exists")
     now = created_at or utcnow()
+    # Keys may hold lone surrogates here: canonical_json escapes them losslessly.
+    check_json_value("metadata", metadata or {}, keys=False)
     try:
         meta = canonical_json(metadata or {})
+    except InvalidEventError as exc:
+        raise InvalidEventError(f"metadata: {exc}") from None
     except (TypeError, ValueError) as exc:
         raise InvalidEventError(f"metadata: not JSON-serializable ({exc})") from None
     row = {
@@ -198,17 +158,6 @@ def fork_session(
         fork_seq=at_seq,
         head_hash=head_hash,
     )
-
-
-def check_text(field: str, value: str | None, limit: int | None = None) -> None:
-    """Reject a key or label no backend column can hold exactly (the same way everywhere)."""
-    if value is None:
-        return
-    problem = storable_text_error(value)
-    if problem is None and limit is not None and len(value) > limit:
-        problem = f"is {len(value)} characters, over the limit of {limit}"
-    if problem is not None:
-        raise InvalidEventError(f"{field}: {problem}")
 
 
 def _not_found(tenant: str, session_id: str) -> NotFoundError:
@@ -360,17 +309,22 @@ def append(
 ) -> AppendResult:
     head, head_hash = lock_head(conn, tenant, session_id)
     check_text("idempotency_key", idempotency_key, 255)
+    batch_hash = batch_digest(encoded) if idempotency_key is not None else None
     if idempotency_key is not None:
         prior = conn.execute(
-            select(events.c.seq, events.c.batch_size).where(
+            select(events.c.seq, events.c.batch_size, events.c.batch_digest).where(
                 events.c.session_id == session_id, events.c.idempotency_key == idempotency_key
             )
         ).first()
         if prior is not None:
-            if prior.batch_size != len(encoded):
-                raise IdempotencyError(
-                    f"idempotency key {idempotency_key!r} was used for an append of "
-                    f"{prior.batch_size} events; this one has {len(encoded)}"
+            if prior.batch_size != len(encoded) or (
+                prior.batch_digest is not None and prior.batch_digest != batch_hash
+            ):
+                raise IdempotencyMismatchError(
+                    f"idempotency key {idempotency_key!r} was already used for a different "
+                    f"append (seqs {prior.seq}..{prior.seq + prior.batch_size - 1}: other "
+                    f"events, content or ids than these {len(encoded)}); use a new key for "
+                    "a new append, or resend exactly the same events to retry"
                 )
             return AppendResult(
                 seqs=list(range(prior.seq, prior.seq + prior.batch_size)),
@@ -408,15 +362,15 @@ def append(
                 "size": enc.size,
                 "idempotency_key": idempotency_key if i == 0 else None,
                 "batch_size": len(encoded) if i == 0 and idempotency_key is not None else None,
+                "batch_digest": batch_hash if i == 0 else None,
                 "hash": digest,
             }
         )
         for row in enc.part_rows:
             part_rows.append({"session_id": session_id, "seq": seq, **row})
+        check_references(evt, seq, f"events[{i}].")
         if isinstance(evt, Prune):
             prunes.append((seq, evt, created))
-        elif isinstance(evt, Condensation):
-            _check_condensation(evt, seq)
     # One row goes through the single-row path; lists take the executemany path.
     conn.execute(_INSERT_EVENTS, event_rows[0] if len(event_rows) == 1 else event_rows)
     if part_rows:
@@ -429,21 +383,6 @@ def append(
     return AppendResult(seqs=list(range(head + 1, seq + 1)), head_seq=seq)
 
 
-def _check_condensation(evt: Condensation, seq: int) -> None:
-    if evt.forgotten_from < 1 or evt.forgotten_to < evt.forgotten_from - 1:
-        raise InvalidEventError(
-            f"condensation.forgotten_from/forgotten_to: bad range "
-            f"{evt.forgotten_from}..{evt.forgotten_to}"
-        )
-    if evt.forgotten_to >= seq:
-        raise InvalidEventError(
-            f"condensation.forgotten_to: {evt.forgotten_to} is not before the condensation "
-            f"itself (seq {seq})"
-        )
-    if any(p >= evt.forgotten_from and p <= evt.forgotten_to for p in evt.pinned):
-        raise InvalidEventError("condensation.pinned: a pinned seq lies in the forgotten range")
-
-
 def _apply_prune(
     conn: Connection,
     session_id: str,
@@ -453,10 +392,6 @@ def _apply_prune(
     created: datetime,
 ) -> None:
     for ref in prune.targets:
-        if ref.seq >= prune_seq:
-            raise InvalidEventError(
-                f"prune.targets: seq {ref.seq} is not before the prune itself (seq {prune_seq})"
-            )
         owner = owner_of(segments, ref.seq)
         row = (
             None
@@ -541,36 +476,103 @@ def read_page(
 ) -> list[StoredEvent]:
     """Up to ``limit`` events with ``after < seq <= to_seq`` across the lineage."""
     out: list[StoredEvent] = []
-    kind_list = list(kinds) if kinds is not None else None
+    kind_list = sorted(set(kinds)) if kinds is not None else None
     for seg in clip(segments, after + 1, to_seq):
-        q = select(*_EVENT_COLS).where(
+        base = select(*_EVENT_COLS).where(
             events.c.session_id == seg.owner, events.c.seq >= seg.lo, events.c.seq <= seg.hi
         )
-        if kind_list is not None:
-            q = q.where(events.c.kind.in_(kind_list))
-        q = q.order_by(events.c.seq).limit(limit - len(out))
-        out.extend(row_to_stored(r, seg.owner) for r in conn.execute(q))
+        want = limit - len(out)
+        if kind_list is None:
+            rows = list(conn.execute(base.order_by(events.c.seq).limit(want)))
+        else:
+            # One range scan of the (session_id, kind, seq) index per kind, merged by seq:
+            # with ``kind IN (...)`` and ORDER BY seq a planner may walk the whole session
+            # in seq order instead, which makes a read of rare kinds cost O(session).
+            rows = []
+            for kind in kind_list:
+                q = base.where(events.c.kind == kind).order_by(events.c.seq).limit(want)
+                rows.extend(conn.execute(q))
+            rows.sort(key=lambda r: r.seq)
+            del rows[want:]
+        out.extend(row_to_stored(r, seg.owner) for r in rows)
         if len(out) >= limit:
             break
     return out
 
 
-def read_hash_page(
-    conn: Connection, segments: Sequence[Segment], after: int, to_seq: int, limit: int = 2048
-) -> list[Any]:
-    """Raw rows for verification: the stored columns, nothing decoded."""
-    out: list[Any] = []
+def latest_of_kind(
+    conn: Connection, tenant: str, session_id: str, kind: str, as_of: int | None
+) -> StoredEvent | None:
+    """The newest event of ``kind`` at or before ``as_of`` (default: the head)."""
+    segments, head = lineage_and_head(conn, tenant, session_id)
+    return latest_in(conn, segments, kind, head if as_of is None else min(as_of, head))
+
+
+def latest_in(
+    conn: Connection, segments: Sequence[Segment], kind: str, last: int
+) -> StoredEvent | None:
+    """The newest event of ``kind`` with seq ``<= last`` in the lineage: one probe of the
+    ``(session_id, kind, seq)`` index per segment, newest segment first."""
+    for seg in reversed(clip(segments, 1, last)):
+        row = conn.execute(
+            select(*_EVENT_COLS)
+            .where(
+                events.c.session_id == seg.owner,
+                events.c.kind == kind,
+                events.c.seq >= seg.lo,
+                events.c.seq <= seg.hi,
+            )
+            .order_by(events.c.seq.desc())
+            .limit(1)
+        ).first()
+        if row is not None:
+            return row_to_stored(row, seg.owner)
+    return None
+
+
+def verify_head(
+    conn: Connection, tenant: str, session_id: str
+) -> tuple[list[Segment], int, str | None]:
+    segments, head = lineage_and_head(conn, tenant, session_id)
+    found = select(sessions.c.head_hash).where(sessions.c.id == session_id)
+    return segments, head, conn.execute(found).scalar()
+
+
+_VERIFY_COLS = (*_EVENT_COLS, events.c.size, events.c.session_id)
+
+
+def read_verify_page(
+    conn: Connection, segments: Sequence[Segment], after: int, to_seq: int, limit: int = 1024
+) -> tuple[list[Any], list[Any]]:
+    """Raw event rows ``after < seq <= to_seq`` and their ``parts`` rows, undecoded."""
+    rows: list[Any] = []
+    part_rows: list[Any] = []
     for seg in clip(segments, after + 1, to_seq):
         q = (
-            select(*_EVENT_COLS)
+            select(*_VERIFY_COLS)
             .where(events.c.session_id == seg.owner, events.c.seq >= seg.lo, events.c.seq <= seg.hi)
             .order_by(events.c.seq)
-            .limit(limit - len(out))
+            .limit(limit - len(rows))
         )
-        out.extend(conn.execute(q))
-        if len(out) >= limit:
+        got = list(conn.execute(q))
+        if got:
+            rows.extend(got)
+            in_page = (parts.c.seq >= got[0].seq, parts.c.seq <= got[-1].seq)
+            q = select(parts).where(parts.c.session_id == seg.owner, *in_page)
+            part_rows.extend(conn.execute(q.order_by(parts.c.seq, parts.c.idx)))
+        if len(rows) >= limit:
             break
-    return out
+    return rows, part_rows
+
+
+def fork_compaction_rows(conn: Connection, segments: Sequence[Segment]) -> list[Any]:
+    """Compactions the forks on a lineage applied to parts they inherited."""
+    owners = [seg.owner for seg in segments[1:]]
+    if not owners:
+        return []
+    return list(
+        conn.execute(select(fork_compactions).where(fork_compactions.c.session_id.in_(owners)))
+    )
 
 
 def event_hash(conn: Connection, segments: Sequence[Segment], seq: int) -> str | None:
@@ -580,6 +582,30 @@ def event_hash(conn: Connection, segments: Sequence[Segment], seq: int) -> str |
     return conn.execute(
         select(events.c.hash).where(events.c.session_id == owner, events.c.seq == seq)
     ).scalar()
+
+
+def read_event(conn: Connection, tenant: str, session_id: str, seq: int) -> StoredEvent | None:
+    """The event at ``seq`` of a session's lineage (``None`` past the head)."""
+    segments, head = lineage_and_head(conn, tenant, session_id)
+    owner = owner_of(segments, seq) if 1 <= seq <= head else None
+    if owner is None:
+        return None
+    row = conn.execute(
+        select(*_EVENT_COLS).where(events.c.session_id == owner, events.c.seq == seq)
+    ).first()
+    return None if row is None else row_to_stored(row, owner)
+
+
+# --------------------------------------------------------------------------- stats and ids
+
+
+def taken_event_ids(conn: Connection, ids: Sequence[str]) -> list[str]:
+    """Which of ``ids`` already name a stored event (event ids are unique database-wide)."""
+    found: list[str] = []
+    for start in range(0, len(ids), 500):
+        chunk = list(ids[start : start + 500])
+        found.extend(conn.execute(select(events.c.id).where(events.c.id.in_(chunk))).scalars())
+    return found
 
 
 def stats(conn: Connection, tenant: str) -> dict[str, Any]:
@@ -597,7 +623,7 @@ def stats(conn: Connection, tenant: str) -> dict[str, Any]:
         .select_from(joined)
         .where(sessions.c.tenant == tenant)
     ).one()
-    by_kind = dict(
+    by_kind: dict[str, int] = dict(
         conn.execute(
             select(events.c.kind, func.count())
             .select_from(joined)

@@ -1,0 +1,281 @@
+"""The root ``eventstore`` group: global options, the store they open, and error handling.
+
+Also the helpers every command shares: the ``--db``/``--json`` options, resolving a
+session reference and a budget from flags, and :func:`fail`.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NoReturn
+
+import click
+
+if TYPE_CHECKING:
+    from eventstore import Budget, EventStore, Session
+
+DEFAULT_URL = "sqlite:///eventstore.db"
+
+
+class _Group(click.Group):
+    """A group that turns library errors into one clean line on stderr."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (click.ClickException, click.exceptions.Exit, click.Abort):
+            raise
+        except BrokenPipeError:
+            # The reader went away (``eventstore log ... | head``): stop quietly.
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            sys.exit(1)
+        except Exception as exc:
+            message = _error_message(exc)
+            if message is None:
+                raise
+            raise click.ClickException(message) from None
+
+
+def _error_message(exc: Exception) -> str | None:
+    """A one-line explanation with the fix, or ``None`` for a bug (shown as a traceback)."""
+    from eventstore import EventStoreError, NotFoundError
+
+    if isinstance(exc, NotFoundError):
+        return (
+            f"{exc}; list sessions with `eventstore sessions list` (and pass --tenant if the "
+            "session belongs to another tenant)"
+        )
+    if type(exc).__name__ == "SummaryError":
+        return f"condensation failed: {exc}"
+    if isinstance(exc, EventStoreError):
+        # Library messages name Python arguments; say the matching flags here.
+        return (
+            str(exc)
+            .replace("import with new_ids=True", "import with --new-ids")
+            .replace("import with new_id=True", "import with --new-id")
+            .replace("max_input_tokens=...", "--max-input-tokens N")
+        )
+    module = type(exc).__module__
+    name = type(exc).__name__
+    if name == "ArgumentError" and module.startswith("sqlalchemy"):
+        return f"bad database URL: {exc}; use sqlite:///path.db or postgresql://user@host/db"
+    if module.startswith(("sqlalchemy", "psycopg", "sqlite3")):
+        first = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+        return (
+            f"database error: {first[0] if first else name}; check that the database at --db "
+            "is reachable and upgraded (`eventstore db upgrade`)"
+        )
+    if isinstance(exc, RecursionError):
+        return "the input is nested too deeply to process; flatten it and try again"
+    if isinstance(exc, OverflowError):
+        return f"a number is out of range ({exc}); use a smaller value"
+    if isinstance(exc, OSError):
+        return f"{exc.strerror or exc}: {exc.filename}" if exc.filename else str(exc)
+    return None
+
+
+class State:
+    """What the root group parsed, and the store opened from it on first use."""
+
+    def __init__(self, url: str | None, url_explicit: bool, tenant: str) -> None:
+        self.url = url
+        self.url_explicit = url_explicit
+        self.tenant = tenant
+        self._store: EventStore | None = None
+
+    def store(self, *, create: bool = False) -> EventStore:
+        """Open the store. Read commands refuse to create a missing SQLite file."""
+        if self._store is None:
+            from eventstore import EventStore
+            from eventstore.store import resolve_url
+
+            url = resolve_url(self.url)
+            path = _sqlite_path(url)
+            if path is not None and not create and not path.exists():
+                fail(
+                    f"no database at {path}; pass --db (or set EVENTSTORE_URL) to point at "
+                    "one, or create it with `eventstore db upgrade`"
+                )
+            self._store = EventStore(url, tenant=self.tenant)
+        return self._store
+
+    def close(self) -> None:
+        if self._store is not None:
+            self._store.close()
+            self._store = None
+
+
+def _sqlite_path(url: str) -> Path | None:
+    from sqlalchemy.engine import make_url
+
+    u = make_url(url)
+    if u.get_backend_name() != "sqlite" or not u.database or u.database == ":memory:":
+        return None
+    return Path(u.database)
+
+
+def fail(message: str) -> NoReturn:
+    """Stop the command with ``message`` on stderr and exit status 1."""
+    raise click.ClickException(message)
+
+
+pass_state = click.make_pass_decorator(State)
+
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+
+
+def _set_url(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
+    if value is not None:
+        state = ctx.find_object(State)
+        if state is not None:
+            state.url = value
+            state.url_explicit = True
+
+
+# Every command also takes --db after its name (``eventstore db upgrade --db URL``), which
+# is how error messages spell the fix.
+db_option = click.option(
+    "--db", expose_value=False, callback=_set_url, help="Database URL (overrides the global --db)."
+)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--db",
+    "url",
+    envvar="EVENTSTORE_URL",
+    show_envvar=True,
+    help=f"Database URL: sqlite:///path.db or postgresql://user@host/db [default: {DEFAULT_URL}]",
+)
+@click.option("--tenant", default="default", show_default=True, help="Tenant to work in.")
+@click.version_option(package_name="agent-eventstore", prog_name="eventstore")
+@click.pass_context
+def cli(ctx: click.Context, url: str | None, tenant: str) -> None:
+    """A durable, auditable event log for LLM agents: sessions, views, condensation."""
+    source = ctx.get_parameter_source("url")
+    explicit = source is click.core.ParameterSource.COMMANDLINE
+    state = State(url, explicit, tenant)
+    ctx.obj = state
+    ctx.call_on_close(state.close)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console-script entry point."""
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    cli.main(args=argv, prog_name="eventstore")
+
+
+# --------------------------------------------------------------------------- shared lookups
+
+
+def resolve_session(store: EventStore, ref: str) -> Session:
+    """A session by id, or by a unique id prefix (at least 4 characters)."""
+    from eventstore import NotFoundError
+
+    try:
+        return store.get_session(ref)
+    except NotFoundError:
+        if len(ref) < 4:
+            raise
+        matches = [s for s in store.list_sessions(limit=None) if s.id.startswith(ref)]
+        if len(matches) == 1:
+            return matches[0]
+        if len(matches) > 1:
+            fail(f"{ref!r} matches {len(matches)} sessions; give more of the id")
+        raise
+
+
+DEFAULT_WINDOW = 128_000
+"""Input window ``condense`` and ``prune`` assume when nothing names a model."""
+_DEFAULT_RESERVED_OUTPUT = 4_096
+
+
+def _session_models(store: EventStore, session: Session) -> list[tuple[str, str]]:
+    """Models the session itself names, best first, each with where it was found.
+
+    The newest recorded ``llm_call`` wins; then the newest assistant message that says
+    which model wrote it (importers keep that); then a ``model`` in the session metadata.
+    """
+    found: list[tuple[str, str]] = []
+    call_model = reply_model = None
+    for stored in store.read(session.id, kinds=["llm_call"]):
+        call_model = getattr(stored.event, "model", None) or call_model
+    if call_model:
+        found.append((call_model, "the session's newest llm_call"))
+    for stored in store.read(session.id, kinds=["message"]):
+        reply_model = getattr(stored.event, "model", None) or reply_model
+    if reply_model:
+        found.append((reply_model, "the session's newest assistant message"))
+    meta_model = _metadata_model(session.metadata)
+    if meta_model:
+        found.append((meta_model, "the session metadata"))
+    return found
+
+
+def _metadata_model(meta: Any, depth: int = 0) -> str | None:
+    """A string ``model`` (or ``model_name``) key in imported metadata, shallowest first."""
+    if not isinstance(meta, dict) or depth > 3:
+        return None
+    for key in ("model", "model_name"):
+        if isinstance(meta.get(key), str) and meta[key]:
+            return str(meta[key])
+    for value in meta.values():
+        found = _metadata_model(value, depth + 1)
+        if found:
+            return found
+    return None
+
+
+def resolve_budget(
+    store: EventStore,
+    session: Session,
+    model: str | None,
+    max_input_tokens: int | None,
+    *,
+    required: bool,
+) -> tuple[Budget | None, str]:
+    """The budget to measure against, and one line saying where it came from.
+
+    ``--model`` (optionally with ``--max-input-tokens``) wins; then a bare
+    ``--max-input-tokens``; then a model the session names (its newest ``llm_call``, an
+    imported assistant message, its metadata); then ``EVENTSTORE_MODEL``. When none of
+    them gives a window, a ``required`` budget is :data:`DEFAULT_WINDOW` tokens; otherwise
+    there is none (``None``, and the line says how to give one).
+    """
+    from eventstore import Budget, BudgetError
+
+    if model is not None:
+        b = Budget.for_model(model, max_input_tokens=max_input_tokens)
+        return b, f"budget: {b.max_input_tokens:,}-token window of {model} (--model)"
+    if max_input_tokens is not None:
+        b = Budget.for_model("custom", max_input_tokens=max_input_tokens, reserved_output=0)
+        return b, f"budget: {max_input_tokens:,}-token window (--max-input-tokens)"
+    candidates = _session_models(store, session)
+    env_model = os.environ.get("EVENTSTORE_MODEL")
+    if env_model:
+        candidates.append((env_model, "EVENTSTORE_MODEL"))
+    unknown: list[str] = []
+    for name, source in candidates:
+        if name in unknown:
+            continue
+        try:
+            b = Budget.for_model(name)
+        except BudgetError:
+            unknown.append(name)
+            continue
+        return b, f"budget: {b.max_input_tokens:,}-token window of {name} (from {source})"
+    why = (
+        f"litellm does not know {', '.join(map(repr, unknown))}"
+        if unknown
+        else "no model is named by the session or EVENTSTORE_MODEL"
+    )
+    hint = "pass --model M (a litellm model name) or --max-input-tokens N, or set EVENTSTORE_MODEL"
+    if not required:
+        return None, f"no budget shown: {why}; {hint}"
+    b = Budget.for_model(
+        "default", max_input_tokens=DEFAULT_WINDOW, reserved_output=_DEFAULT_RESERVED_OUTPUT
+    )
+    return b, f"budget: the default {DEFAULT_WINDOW:,}-token window ({why}; {hint})"

@@ -1,0 +1,364 @@
+"""Commands over whole sessions: list/show/fork, verify, export/import, and tenant stats.
+
+``stats`` reports *tokens saved*: over the tenant's sessions, the tokens of every stored
+message (the view with nothing condensed) minus the tokens of the current view, where that
+is positive; what views add beyond their messages (a result rendered for an interrupted
+call, for instance) is reported apart as *view overhead*, never as a negative saving. It also
+reports the sum of ``tokens_before - tokens_after`` over condensation events, which counts
+every reduction made along the way.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from .render import emit_json, progress, session_dict, time_str
+from .root import State, cli, db_option, fail, json_option, pass_state, resolve_session
+
+# --------------------------------------------------------------------------- sessions
+
+
+@cli.group()
+def sessions() -> None:
+    """List, show and fork sessions."""
+
+
+@sessions.command("list")
+@click.option("--user", "user_id", help="Only this user's sessions.")
+@click.option("-n", "--limit", default=20, show_default=True, help="How many (0: all).")
+@json_option
+@db_option
+@pass_state
+def sessions_list(state: State, user_id: str | None, limit: int, as_json: bool) -> None:
+    """Sessions of the tenant, newest first."""
+    found = state.store().list_sessions(user_id=user_id, limit=limit or None)
+    if as_json:
+        emit_json([session_dict(s) for s in found])
+        return
+    if not found:
+        click.echo(f"no sessions for tenant {state.tenant!r}")
+        return
+    click.echo(f"{'id':<36}  {'updated':<19}  {'events':>6}  {'user':<12}  title")
+    for s in found:
+        title = s.title or ""
+        if s.parent_id:
+            title = f"{title} (fork of {s.parent_id[:8]}@{s.fork_seq})".strip()
+        user = (s.user_id or "-")[:12]
+        click.echo(f"{s.id:<36}  {time_str(s.updated_at)}  {s.head_seq:>6}  {user:<12}  {title}")
+
+
+@sessions.command("show")
+@click.argument("session")
+@json_option
+@db_option
+@pass_state
+def sessions_show(state: State, session: str, as_json: bool) -> None:
+    """A session's details: counts by kind, raw and current view tokens."""
+    store = state.store()
+    s = resolve_session(store, session)
+    kinds: dict[str, int] = {}
+    raw = 0
+    for stored in store.read(s.id):
+        kinds[stored.kind] = kinds.get(stored.kind, 0) + 1
+        if stored.kind == "message":
+            raw += stored.token_count
+    view_tokens = store.view(s.id).tokens
+    data = session_dict(s) | {
+        "events_by_kind": kinds,
+        "raw_tokens": raw,
+        "view_tokens": view_tokens,
+    }
+    if as_json:
+        emit_json(data)
+        return
+    click.echo(f"# {s.title or s.id}")
+    rows = [
+        ("id", s.id),
+        ("tenant", s.tenant),
+        ("user", s.user_id or "-"),
+        ("created", time_str(s.created_at)),
+        ("updated", time_str(s.updated_at)),
+        ("head seq", str(s.head_seq)),
+    ]
+    if s.parent_id:
+        rows.append(("fork of", f"{s.parent_id} at seq {s.fork_seq}"))
+    rows.append(("events", ", ".join(f"{v} {k}" for k, v in sorted(kinds.items())) or "none"))
+    rows.append(("tokens", f"{raw:,} stored in messages, {view_tokens:,} in the current view"))
+    if s.metadata:
+        rows.append(("metadata", json.dumps(s.metadata, ensure_ascii=False)))
+    for k, v in rows:
+        click.echo(f"{k:>9}  {v}")
+
+
+@sessions.command("fork")
+@click.argument("session")
+@click.option("--at", "at_seq", type=int, required=True, help="Share events up to this seq.")
+@click.option("--title", help="Title of the new session.")
+@json_option
+@db_option
+@pass_state
+def sessions_fork(
+    state: State, session: str, at_seq: int, title: str | None, as_json: bool
+) -> None:
+    """Start a new session sharing SESSION's events up to --at (nothing is copied)."""
+    store = state.store()
+    s = resolve_session(store, session)
+    fork = store.fork(s.id, at_seq, title=title)
+    if as_json:
+        emit_json(session_dict(fork))
+    else:
+        click.echo(f"forked {s.id} at seq {at_seq}: {fork.id}")
+
+
+# --------------------------------------------------------------------------- verify
+
+
+@cli.command("verify")
+@click.argument("session", required=False)
+@click.option("--all", "all_", is_flag=True, help="Every session of the tenant.")
+@click.option("--no-fingerprints", is_flag=True, help="Skip rebuilding recorded views.")
+@click.option(
+    "--head-hash",
+    help="A head hash recorded outside the database (printed by an earlier verify): fail "
+    "unless it is the hash of an event in SESSION's chain.",
+)
+@click.option(
+    "--key-file",
+    type=click.Path(exists=True, dir_okay=False),
+    help="File holding the key the session was sealed with (EventStore.seal): fail "
+    "unless a seal matches it.",
+)
+@json_option
+@db_option
+@pass_state
+def verify_cmd(
+    state: State,
+    session: str | None,
+    all_: bool,
+    no_fingerprints: bool,
+    head_hash: str | None,
+    key_file: str | None,
+    as_json: bool,
+) -> None:
+    """Check gapless seqs, the hash chain up to the recorded head, the unhashed columns,
+    compaction stamps and every recorded view fingerprint. Prints each session's head
+    hash: keep it outside the database and pass it back with --head-hash."""
+    if bool(session) == all_:
+        fail("give a SESSION or --all")
+    if head_hash is not None and all_:
+        fail("--head-hash names one session's head: give a SESSION instead of --all")
+    key = None
+    if key_file is not None:
+        with open(key_file, "rb") as fp:
+            key = fp.read().rstrip(b"\r\n")
+    store = state.store()
+    ids = (
+        [s.id for s in store.list_sessions(limit=None)]
+        if all_
+        else [resolve_session(store, session or "").id]
+    )
+    reports = []
+    with progress("verifying", enabled=len(ids) > 1 and not as_json) as update:
+        for n, sid in enumerate(ids, 1):
+            reports.append(
+                store.verify(sid, fingerprints=not no_fingerprints, head_hash=head_hash, key=key)
+            )
+            if update:
+                update(n, len(ids))
+    bad = [r for r in reports if not r.ok]
+    if as_json:
+        emit_json({"ok": not bad, "sessions": [r.model_dump(mode="json") for r in reports]})
+    else:
+        for r in reports:
+            status = "ok" if r.ok else "FAILED"
+            click.echo(
+                f"{r.session_id}: {status}: {r.events} events, {r.llm_calls} "
+                f"view fingerprints re-checked, head hash {r.head_hash or '-'}"
+            )
+            if r.anchored_seq is not None:
+                click.echo(f"  the recorded head hash is seq {r.anchored_seq}")
+            if r.sealed_seq is not None:
+                click.echo(f"  sealed under the key up to seq {r.sealed_seq}")
+            for p in r.problems:
+                click.echo(f"  {p}", err=True)
+        if all_:
+            click.echo(f"{len(reports) - len(bad)} of {len(reports)} sessions ok")
+    if bad:
+        sys.exit(1)
+
+
+# --------------------------------------------------------------------------- export/import
+
+
+@cli.command("export")
+@click.argument("session")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["jsonl", "openai"]),
+    default="jsonl",
+    show_default=True,
+    help="jsonl: every event with its hash (re-importable, lossless); openai: the "
+    "stored messages as a JSON list of chat messages.",
+)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, writable=True),
+    help="Write here instead of stdout.",
+)
+@json_option
+@db_option
+@pass_state
+def export_cmd(state: State, session: str, fmt: str, output: str | None, as_json: bool) -> None:
+    """Write SESSION out as JSONL or OpenAI chat messages.
+
+    With -o and --json, what was written is reported as JSON on stdout; without -o the
+    export itself (JSONL or a JSON list) is what goes to stdout.
+    """
+    from eventstore.importers import export_jsonl
+
+    store = state.store()
+    s = resolve_session(store, session)
+    fp = open(output, "w", encoding="utf-8") if output else sys.stdout  # noqa: SIM115
+    try:
+        if fmt == "jsonl":
+            count = export_jsonl(store, s.id, fp)
+        else:
+            from eventstore.chat import to_openai
+
+            msgs: list[dict[str, Any]] = []
+            count = 0
+            for stored in store.read(s.id, kinds=["message"]):
+                msgs.extend(to_openai(stored.event))  # type: ignore[arg-type]
+                count += 1
+            fp.write(json.dumps(msgs, indent=2, ensure_ascii=True) + "\n")
+    finally:
+        if output:
+            fp.close()
+    if not output:
+        return
+    unit = "events" if fmt == "jsonl" else "messages"
+    if as_json:
+        emit_json({"session_id": s.id, "format": fmt, unit: count, "output": output})
+    else:
+        click.echo(f"wrote {count} {unit} to {output}", err=True)
+
+
+@cli.command("import")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False))
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["jsonl", "openai", "swe-agent", "openhands"]),
+    help="Input format (default: detected from the content).",
+)
+@click.option(
+    "--new-ids",
+    is_flag=True,
+    help="Give an export's events (and its session) fresh ids, to import it into the "
+    "database it came from; the hashes change.",
+)
+@click.option(
+    "--new-id",
+    is_flag=True,
+    help="Give an export's session a fresh id instead of keeping the exported one.",
+)
+@json_option
+@db_option
+@pass_state
+def import_cmd(
+    state: State, file: str, fmt: str | None, new_ids: bool, new_id: bool, as_json: bool
+) -> None:
+    """Import FILE (an export, chat transcript or agent trajectory) as new sessions.
+
+    An export keeps its session id, event ids and hashes; the import is one transaction,
+    so a file that fails leaves nothing behind.
+    """
+    from eventstore.importers import import_file
+
+    store = state.store(create=True)
+    fmt_name: Any = {"jsonl": "eventstore"}.get(fmt, fmt) if fmt else None
+    with progress(f"importing {Path(file).name}", enabled=not as_json) as update:
+        created = import_file(store, file, fmt_name, update, new_ids=new_ids, new_id=new_id)
+    if as_json:
+        emit_json([session_dict(s) for s in created])
+        return
+    for s in created:
+        click.echo(f"{s.id}  {s.head_seq} events  {s.title or ''}")
+
+
+# --------------------------------------------------------------------------- stats
+
+
+@cli.command("stats")
+@json_option
+@db_option
+@pass_state
+def stats_cmd(state: State, as_json: bool) -> None:
+    """Totals for the tenant: sessions, events, bytes, condensations, tokens saved."""
+    from eventstore import Condensation
+
+    store = state.store()
+    data = store.stats()
+    raw_total = view_total = reduced = saved = added = 0
+    for s in store.list_sessions(limit=None):
+        raw = 0
+        for stored in store.read(s.id, kinds=["message", "condensation"]):
+            if stored.kind == "message":
+                raw += stored.token_count
+            elif isinstance(stored.event, Condensation) and stored.session_id == s.id:
+                evt = stored.event
+                if evt.tokens_before is not None and evt.tokens_after is not None:
+                    reduced += evt.tokens_before - evt.tokens_after
+        view_tokens = store.view(s.id).tokens if s.head_seq else 0
+        raw_total += raw
+        view_total += view_tokens
+        # Per session: a view can be larger than its messages (a result rendered for an
+        # interrupted call, a summary that replaced little), and that is not a saving.
+        saved += max(0, raw - view_tokens)
+        added += max(0, view_tokens - raw)
+    kinds = data.get("by_kind", {})
+    data |= {
+        "condensations": kinds.get("condensation", 0),
+        "prunes": kinds.get("prune", 0),
+        "llm_calls": kinds.get("llm_call", 0),
+        "raw_message_tokens": raw_total,
+        "view_tokens": view_total,
+        "tokens_saved": saved,
+        "view_overhead": added,
+        "condensation_reduction": reduced,
+    }
+    if as_json:
+        emit_json(data)
+        return
+    rows = [
+        ("sessions", f"{data['sessions']:,}"),
+        (
+            "events",
+            f"{data['events']:,} ("
+            + ", ".join(f"{v:,} {k}" for k, v in sorted(kinds.items()))
+            + ")",
+        ),
+        ("bytes", f"{data['bytes']:,}"),
+        ("condensations", f"{data['condensations']:,} (and {data['prunes']:,} prunes)"),
+        ("raw tokens", f"{raw_total:,} in stored messages"),
+        ("view tokens", f"{view_total:,} in the current views"),
+        ("tokens saved", f"{saved:,} (raw minus current view, over the sessions it shrank)"),
+        ("reductions", f"{reduced:,} (sum of before-after over condensations)"),
+    ]
+    if added:
+        rows.append(
+            (
+                "view overhead",
+                f"{added:,} tokens the views add to their stored messages (results for "
+                "interrupted tool calls, summaries)",
+            )
+        )
+    for k, v in rows:
+        click.echo(f"{k:>14}  {v}")

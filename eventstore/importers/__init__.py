@@ -1,0 +1,49 @@
+"""Importers: agent trajectories and transcripts into sessions, and a lossless JSONL export.
+
+Every importer works in two phases. First the whole file is read, validated and converted
+into :class:`Transcript` objects (a title, metadata and a list of events); a malformed
+file raises :class:`ImportFormatError` naming the file and the line or record, and
+nothing has been written. Then everything ``append`` would refuse is checked (and event
+ids repeated in the file or taken in the database), and only then are the sessions
+created and their events appended, in batches, all in one transaction: a file that fails
+anywhere, or a process killed halfway, leaves nothing behind.
+
+Formats (see :func:`detect_format`):
+
+``eventstore``
+    The JSONL written by :func:`export_jsonl`: a header line, then one line per stored
+    event with its seq, id, created_at and hash. Re-importing reproduces the session id,
+    the events and the hash chain exactly (``new_id=True`` gives the session a fresh id).
+``openai``
+    A chat transcript: a JSON list of OpenAI/litellm messages, JSONL with one message per
+    line, or an object with a ``messages`` list. mini-swe-agent trajectories are this.
+``swe-agent``
+    A SWE-agent ``.traj`` file: its ``history`` becomes the session; ``info`` and
+    ``environment`` go to the session metadata.
+``openhands``
+    An OpenHands event stream (a JSON list of events, or an object with ``history``), or
+    resolver/evaluation output (JSONL, one run with a ``history`` per line: one session per
+    run). Tool actions and their observations become assistant tool calls and tool
+    results; everything else becomes a ``Custom`` event named ``openhands.<type>``.
+"""
+
+from __future__ import annotations
+
+from ._formats import Format, detect_format, load_transcripts
+from ._loading import ImportFormatError, Transcript
+from ._writer import Progress, import_file, import_jsonl, import_transcripts
+from .jsonl import EXPORT_FORMAT, export_jsonl
+
+__all__ = [
+    "EXPORT_FORMAT",
+    "Format",
+    "ImportFormatError",
+    "Progress",
+    "Transcript",
+    "detect_format",
+    "export_jsonl",
+    "import_file",
+    "import_jsonl",
+    "import_transcripts",
+    "load_transcripts",
+]

@@ -1,0 +1,106 @@
+"""Reading import files: the types every format converts into, and JSON/JSONL parsing.
+
+A file is read whole and parsed once into a :class:`_Loaded`; the format modules convert
+that into :class:`Transcript` objects. Every problem becomes an :class:`ImportFormatError`
+whose message starts with the file and the line or record, so nothing is written.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from ..errors import InvalidEventError
+from ..events import Event
+
+
+class ImportFormatError(InvalidEventError):
+    """A file cannot be imported; the message names the file and the line or record."""
+
+
+@dataclass
+class Transcript:
+    """One session's worth of converted events, ready to append."""
+
+    events: list[Event]
+    """The events, in order."""
+    title: str | None = None
+    """Session title."""
+    metadata: dict[str, Any] = field(default_factory=dict)
+    """Session metadata (where the events came from, run outcome, ...)."""
+    user_id: str | None = None
+    """Session user."""
+    hashes: list[str] | None = None
+    """Expected hash of each event (exports only); the head is checked before commit."""
+    payload_sizes: list[int] | None = None
+    """Encoded size of each event, when already computed."""
+    session_id: str | None = None
+    """The session id to keep (exports only); ``None`` for a fresh one."""
+
+
+@dataclass
+class _Loaded:
+    path: str
+    data: Any  # the parsed JSON document, or for JSONL a list of (line number, value)
+    jsonl: bool
+
+
+def _fail(where: str, msg: str) -> ImportFormatError:
+    return ImportFormatError(f"{where}: {msg}")
+
+
+def _load(path: str | Path) -> _Loaded:
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise _fail(str(p), f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    except OSError as exc:
+        raise _fail(str(p), f"cannot read: {exc.strerror or exc}") from None
+    return _parse_text(text, str(p))
+
+
+def _parse_text(text: str, where: str) -> _Loaded:
+    if not text.strip():
+        raise _fail(where, "the file is empty")
+    try:
+        return _Loaded(where, json.loads(text), jsonl=False)
+    except json.JSONDecodeError as whole:
+        lines = text.splitlines()
+        first = next((ln for ln in lines if ln.strip()), "")
+        if len([ln for ln in lines if ln.strip()]) > 1 and _is_json(first):
+            return _Loaded(where, _jsonl_records(lines, where), jsonl=True)
+        raise _fail(
+            f"{where}:{whole.lineno}", f"invalid JSON at column {whole.colno}: {whole.msg}"
+        ) from None
+
+
+def _is_json(line: str) -> bool:
+    try:
+        json.loads(line)
+    except json.JSONDecodeError:
+        return False
+    return True
+
+
+def _jsonl_records(lines: list[str], where: str) -> list[tuple[int, Any]]:
+    out = []
+    for n, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            out.append((n, json.loads(line)))
+        except json.JSONDecodeError as exc:
+            raise _fail(f"{where}:{n}", f"invalid JSON at column {exc.colno}: {exc.msg}") from None
+    return out
+
+
+def _short(exc: Exception) -> str:
+    if isinstance(exc, ValidationError):
+        err = exc.errors()[0]
+        return f"{'.'.join(str(x) for x in err['loc'])}: {err['msg']}"
+    return str(exc)

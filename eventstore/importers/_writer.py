@@ -1,0 +1,298 @@
+"""Writing converted transcripts into a store: validate everything, then one transaction.
+
+Everything ``append`` checks (event sizes, ids, serialization, condensation and prune
+references) is checked for every transcript before the first write, along with what only
+an import can get wrong: an event id repeated within the file or already taken in the
+database, and a session id that exists. The sessions and all their batches are then
+written in one transaction, and for an export the head hash is compared with the file's
+before it commits. A file that cannot be imported, and a process killed halfway through
+one, leave the store exactly as it was.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import IO, TypeVar
+
+from sqlalchemy.engine import Connection
+
+from .. import _sql
+from ..codec import Encoded, encode_event
+from ..codec import new_id as fresh_id
+from ..errors import EventStoreError
+from ..events import Condensation, Message, Prune, ToolResultPart
+from ..records import Session
+from ..store import EventStore
+from ._formats import Format, load_transcripts
+from ._loading import ImportFormatError, Transcript, _parse_text
+from .jsonl import _parse_export
+
+Progress = Callable[[int, int], None]
+"""Called with ``(events_done, events_total)`` after every appended batch."""
+
+DEFAULT_BATCH = 500
+T = TypeVar("T")
+
+
+def import_transcripts(
+    store: EventStore,
+    transcripts: list[Transcript],
+    *,
+    progress: Progress | None = None,
+    batch_size: int = DEFAULT_BATCH,
+    session_ids: list[str | None] | None = None,
+) -> list[Session]:
+    """Create one session per transcript and append its events, all in one transaction.
+
+    Every event is validated before anything is written; the sessions and their batches
+    then go in a single transaction, so either the whole file is imported or nothing is.
+    A transcript's session gets ``session_ids[i]`` when given, else the transcript's own
+    ``session_id`` (an export's), else a fresh id.
+
+    Raises:
+        ImportFormatError: An event is invalid or too large, an event id repeats or is
+            taken, a session id exists, or an imported hash differs from the expected
+            one. Nothing has been written.
+    """
+    encoded = [_validate(store, t) for t in transcripts]
+    _check_ids_unique(transcripts)
+    ids = [
+        (session_ids[i] if session_ids and session_ids[i] else None) or t.session_id
+        for i, t in enumerate(transcripts)
+    ]
+    total = sum(len(t.events) for t in transcripts)
+    done = 0
+    if progress:
+        progress(0, total)
+    created: list[str] = []
+    with store._tx(write=True) as conn:
+        for t in transcripts:
+            _check_ids_free(conn, t)
+        for t, rows, sid in zip(transcripts, encoded, ids, strict=True):
+            s = _create(conn, store, t, sid)
+            head = 0
+            for batch in _batches(rows, batch_size):
+                try:
+                    head = _sql.append(
+                        conn, store.tenant, s.id, batch, expected_seq=head, idempotency_key=None
+                    ).head_seq
+                except EventStoreError as exc:
+                    raise ImportFormatError(
+                        f"{t.title or 'import'}: events {head + 1}..{head + len(batch)}: "
+                        f"{exc}; nothing was imported"
+                    ) from exc
+                done += len(batch)
+                if progress:
+                    progress(done, total)
+            if t.hashes:
+                _check_head_hash(conn, store, s.id, t.hashes)
+            created.append(s.id)
+    return [store.get_session(sid) for sid in created]
+
+
+def _validate(store: EventStore, t: Transcript) -> list[Encoded]:
+    """What ``append`` would refuse, refused before the first write."""
+    _check_sizes(store, t)
+    _check_refs(t)
+    try:
+        return store._encode(t.events)
+    except EventStoreError as exc:
+        # The store numbers events from 0 within the batch; the file numbers them from 1.
+        msg = re.sub(r"events\[(\d+)\]", lambda m: f"event {int(m[1]) + 1}", str(exc))
+        raise ImportFormatError(f"{t.title or 'import'}: {msg}; nothing was imported") from exc
+
+
+def _create(conn: Connection, store: EventStore, t: Transcript, sid: str | None) -> Session:
+    try:
+        return _sql.create_session(
+            conn,
+            store.tenant,
+            session_id=sid,
+            user_id=t.user_id,
+            title=t.title,
+            metadata=t.metadata,
+        )
+    except EventStoreError as exc:
+        if sid is None:
+            raise
+        # The id came from the file: taken means the export was imported here before.
+        raise ImportFormatError(
+            f"{t.title or 'import'}: cannot keep the session id ({exc}); import with "
+            "new_id=True to give the imported session a fresh id"
+        ) from exc
+
+
+def _check_sizes(store: EventStore, t: Transcript) -> None:
+    sizes = t.payload_sizes or [len(encode_event(e).encode("utf-8")) for e in t.events]
+    for i, size in enumerate(sizes):
+        if size > store.max_event_bytes:
+            raise ImportFormatError(
+                f"{t.title or 'transcript'}: event {i + 1} is {size} bytes, over the store's "
+                f"limit of {store.max_event_bytes} (open the store with max_event_bytes=N)"
+            )
+
+
+def _check_refs(t: Transcript) -> None:
+    """Condensation ranges and prune targets must point back into the same transcript."""
+    results: set[tuple[int, int]] = set()
+    for seq, evt in enumerate(t.events, start=1):
+        where = f"{t.title or 'import'}: event {seq}"
+        if isinstance(evt, Message):
+            results.update(
+                (seq, i) for i, p in enumerate(evt.parts) if isinstance(p, ToolResultPart)
+            )
+        elif isinstance(evt, Condensation):
+            if not 1 <= evt.forgotten_from <= evt.forgotten_to + 1 or evt.forgotten_to >= seq:
+                raise ImportFormatError(
+                    f"{where}: condensation range {evt.forgotten_from}..{evt.forgotten_to} "
+                    "does not lie before it"
+                )
+        elif isinstance(evt, Prune):
+            for ref in evt.targets:
+                if (ref.seq, ref.index) not in results:
+                    raise ImportFormatError(
+                        f"{where}: prune target seq {ref.seq} part {ref.index} is not an "
+                        "earlier tool result"
+                    )
+
+
+def _check_ids_unique(transcripts: list[Transcript]) -> None:
+    """Event ids are unique across a database, so also within the file."""
+    seen: dict[str, tuple[str, int]] = {}
+    for t in transcripts:
+        name = t.title or "import"
+        for seq, evt in enumerate(t.events, start=1):
+            if evt.id is None:
+                continue
+            first = seen.setdefault(evt.id, (name, seq))
+            if first != (name, seq):
+                raise ImportFormatError(
+                    f"{name}: event {seq} repeats the id {evt.id} of {first[0]} event "
+                    f"{first[1]}; event ids must be unique (import with new_ids=True to "
+                    "give the events fresh ids)"
+                )
+
+
+def _check_ids_free(conn: Connection, t: Transcript) -> None:
+    """Event ids are unique across a database: refuse before writing, not halfway."""
+    ids = [e.id for e in t.events if e.id]
+    taken = set(_sql.taken_event_ids(conn, ids))
+    first = next((i for i in ids if i in taken), None)
+    if first is not None:
+        raise ImportFormatError(
+            f"{t.title or 'export'}: event id {first} already exists in this "
+            "database (the export came from here, or was imported before); import "
+            "with new_ids=True to give the events fresh ids (their hashes change)"
+        )
+
+
+def _renumber(t: Transcript) -> Transcript:
+    # A copy with fresh event ids is a new session: no hashes to match, no id to keep.
+    events = [e.model_copy(update={"id": fresh_id()}) for e in t.events]
+    return Transcript(events=events, title=t.title, metadata=t.metadata, user_id=t.user_id)
+
+
+def _fresh_session(t: Transcript) -> Transcript:
+    return dataclasses.replace(t, session_id=None)
+
+
+def _check_head_hash(
+    conn: Connection, store: EventStore, session_id: str, expected: list[str]
+) -> None:
+    """Compare the new head hash with the file's last hash, before the commit.
+
+    Each hash chains over the previous one, so equal heads mean every hash is equal.
+    """
+    head, stored = _sql.lock_head(conn, store.tenant, session_id)
+    if head != len(expected) or stored != expected[-1]:
+        raise ImportFormatError(
+            f"session {session_id}: the imported events hash to {(stored or '')[:16]}... at "
+            f"seq {head}, the file says {expected[-1][:16]}... at seq {len(expected)}; "
+            "nothing was imported"
+        )
+
+
+def _batches(items: Sequence[T], size: int) -> Iterator[list[T]]:
+    for start in range(0, len(items), max(1, size)):
+        yield list(items[start : start + size])
+
+
+def import_file(
+    store: EventStore,
+    path: str | Path,
+    format: Format | None = None,
+    progress: Progress | None = None,
+    *,
+    batch_size: int = DEFAULT_BATCH,
+    new_ids: bool = False,
+    new_id: bool = False,
+) -> list[Session]:
+    """Import a trajectory, transcript or export file; one session per conversation.
+
+    Args:
+        store: Where to write.
+        path: The file.
+        format: One of :data:`Format`; detected from the content when omitted.
+        progress: Called with ``(events_done, events_total)`` after each batch.
+        batch_size: Events per append.
+        new_ids: For exports: give the events fresh ids (see :func:`import_jsonl`).
+        new_id: For exports: give the session a fresh id instead of the exported one.
+
+    Returns:
+        The new sessions (most files hold one; OpenHands resolver output holds one per run).
+
+    Raises:
+        ImportFormatError: Malformed input. Nothing has been written in that case.
+    """
+    transcripts = load_transcripts(path, format)
+    if new_ids:
+        transcripts = [_renumber(t) if t.hashes is not None else t for t in transcripts]
+    if new_id:
+        transcripts = [_fresh_session(t) for t in transcripts]
+    return import_transcripts(store, transcripts, progress=progress, batch_size=batch_size)
+
+
+def import_jsonl(
+    store: EventStore,
+    fp: IO[str],
+    *,
+    session_id: str | None = None,
+    new_id: bool = False,
+    new_ids: bool = False,
+    progress: Progress | None = None,
+    batch_size: int = DEFAULT_BATCH,
+) -> Session:
+    """Import a file written by :func:`export_jsonl` as a session.
+
+    The session id, event ids and timestamps are kept, so the session and its hash chain
+    come out identical; the head hash is checked against the file before the import
+    commits. ``session_id`` names the new session instead, ``new_id=True`` gives it a
+    fresh id.
+
+    Session and event ids are unique per database, so an export cannot be imported back
+    into the database it came from with its ids; ``new_ids=True`` assigns fresh event ids
+    and a fresh session id (timestamps, kinds and payloads stay, the hashes then differ
+    from the file's).
+
+    Raises:
+        ImportFormatError: A line is malformed, its hash does not match, or an event or
+            session id is already taken; the message names the place and nothing is
+            written.
+    """
+    where = getattr(fp, "name", None) or "<export>"
+    loaded = _parse_text(fp.read(), str(where))
+    transcript = _parse_export(loaded)
+    if new_ids:
+        transcript = _renumber(transcript)
+    if new_id:
+        transcript = _fresh_session(transcript)
+    return import_transcripts(
+        store,
+        [transcript],
+        progress=progress,
+        batch_size=batch_size,
+        session_ids=[session_id],
+    )[0]

@@ -1,0 +1,115 @@
+"""Our own export format: a session as JSONL, and parsing such a file back.
+
+The first line is a header ``{"format": "agent-eventstore/v1", "session": {...}}``; each
+further line is one stored event with its seq, id, created_at and hash. Parsing an export
+recomputes the hash chain line by line, so an edited line is caught before anything is
+written (the chain does not include the session id, so it survives a new session).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import IO, Any
+
+from pydantic import ValidationError
+
+from ..codec import chain_hash, encode_event
+from ..events import EVENT_ADAPTER, Event
+from ..store import EventStore
+from ._loading import Transcript, _fail, _Loaded, _short
+
+EXPORT_FORMAT = "agent-eventstore/v1"
+"""Value of ``format`` in the header line of an export."""
+
+
+def export_jsonl(store: EventStore, session_id: str, fp: IO[str]) -> int:
+    """Write a session as JSONL: a header line, then one line per event.
+
+    The header is ``{"format": "agent-eventstore/v1", "session": {...}}``; each event line
+    holds ``seq``, ``id``, ``kind``, ``created_at``, ``hash`` and ``payload`` (the event as
+    JSON). A forked session is written flattened, its inherited events included.
+
+    Returns:
+        The number of events written.
+    """
+    session = store.get_session(session_id)
+    header = {"format": EXPORT_FORMAT, "session": session.model_dump(mode="json")}
+    fp.write(json.dumps(header, ensure_ascii=True) + "\n")
+    count = 0
+    for stored in store.read(session_id):
+        line = {
+            "seq": stored.seq,
+            "id": stored.id,
+            "kind": stored.kind,
+            "created_at": stored.created_at.isoformat(),
+            "hash": stored.hash,
+            "payload": EVENT_ADAPTER.dump_python(stored.event, mode="json", exclude_none=True),
+        }
+        # ensure_ascii keeps lone surrogates (undecodable tool output) writable as UTF-8.
+        fp.write(json.dumps(line, ensure_ascii=True) + "\n")
+        count += 1
+    return count
+
+
+def _parse_export(loaded: _Loaded) -> Transcript:
+    path = loaded.path
+    records = loaded.data if loaded.jsonl else [(1, loaded.data)]
+    n, header = records[0]
+    if not isinstance(header, dict) or header.get("format") != EXPORT_FORMAT:
+        raise _fail(f"{path}:{n}", f"expected a header with format {EXPORT_FORMAT!r}")
+    sess = header.get("session")
+    if not isinstance(sess, dict):
+        raise _fail(f"{path}:{n}", "header.session: expected an object")
+    events: list[Event] = []
+    hashes: list[str] = []
+    sizes: list[int] = []
+    prev: str | None = None
+    for n, line in records[1:]:
+        event, digest, size = _export_line(line, len(events) + 1, prev, f"{path}:{n}")
+        events.append(event)
+        hashes.append(digest)
+        sizes.append(size)
+        prev = digest
+    raw_meta = sess.get("metadata")
+    meta: dict[str, Any] = raw_meta if isinstance(raw_meta, dict) else {}
+    title = sess.get("title") if isinstance(sess.get("title"), str) else None
+    user_id = sess.get("user_id") if isinstance(sess.get("user_id"), str) else None
+    sid = sess.get("id") if isinstance(sess.get("id"), str) else None
+    return Transcript(
+        events=events,
+        title=title,
+        metadata=meta,
+        user_id=user_id,
+        hashes=hashes,
+        payload_sizes=sizes,
+        session_id=sid,
+    )
+
+
+def _export_line(line: Any, seq: int, prev: str | None, where: str) -> tuple[Event, str, int]:
+    if not isinstance(line, dict):
+        raise _fail(where, f"expected an event object, got {type(line).__name__}")
+    for key, typ in (("seq", int), ("id", str), ("kind", str), ("created_at", str), ("hash", str)):
+        if not isinstance(line.get(key), typ):
+            raise _fail(where, f"{key}: missing or not a {typ.__name__}")
+    if line["seq"] != seq:
+        raise _fail(where, f"seq: expected {seq} (events must be gapless), got {line['seq']}")
+    payload = line.get("payload")
+    if not isinstance(payload, dict):
+        raise _fail(where, "payload: missing or not an object")
+    data = {**payload, "id": line["id"], "kind": line["kind"], "created_at": line["created_at"]}
+    try:
+        event = EVENT_ADAPTER.validate_python(data)
+    except ValidationError as exc:
+        raise _fail(where, f"payload.{_short(exc)}") from None
+    if event.created_at is None or event.id is None:
+        raise _fail(where, "id and created_at: required on every exported event")
+    encoded = encode_event(event)
+    digest = chain_hash(prev, seq, event.id, event.kind, event.created_at, encoded)
+    if digest != line["hash"]:
+        raise _fail(
+            where,
+            f"hash mismatch for seq {seq}: the file says {line['hash'][:16]}..., the event "
+            f"hashes to {digest[:16]}... (the line was edited, or an earlier one was)",
+        )
+    return event, digest, len(encoded.encode("utf-8"))
