@@ -19,25 +19,30 @@ from .base import (
     cut_points,
     pending_call_ids,
 )
-from .pipeline import Outcome, Pipeline, StepRecord, default_pipeline
+from .pipeline import Outcome, Pipeline, Planned, StepRecord, default_pipeline
 from .policy import (
     CIRCUIT_OPEN,
     REQUEST_DECLINED,
     CondensationPolicy,
     Decision,
+    acomplete,
     complete,
     is_context_window_error,
 )
 from .pruning import ObservationMasker, ToolOutputPruner
-from .summarizers import (
+from .summarizing import (
+    HEADINGS,
+    TEMPLATE_VERSION,
+    ExtractiveCondenser,
     ExtractiveSummarizer,
     LLMSummarizer,
+    LLMSummaryCondenser,
     Summarizer,
+    SummarizingCondenser,
     SummaryError,
     SummaryResult,
+    missing_headings,
 )
-from .summarizing import ExtractiveCondenser, LLMSummaryCondenser, SummarizingCondenser
-from .template import HEADINGS, TEMPLATE_VERSION, missing_headings
 from .window import WindowCondenser
 
 __all__ = [
@@ -55,6 +60,7 @@ __all__ = [
     "ObservationMasker",
     "Outcome",
     "Pipeline",
+    "Planned",
     "PlanContext",
     "Proposal",
     "StepRecord",
@@ -67,6 +73,7 @@ __all__ = [
     "WindowCondenser",
     "apply",
     "apply_async",
+    "acomplete",
     "complete",
     "cut_points",
     "default_pipeline",

@@ -186,8 +186,7 @@ def previous_condensation(view: View) -> Condensation | None:
     if view.condensation is None:
         return None
     evt = view.condensation.event
-    assert isinstance(evt, Condensation)
-    return evt
+    return evt if isinstance(evt, Condensation) else None
 
 
 def range_start(view: View) -> int:

@@ -1,21 +1,23 @@
 """Pipelines: run strategies cheapest first until the view is under its target.
 
-Each step plans against a fresh view and its proposal is appended with
-``expected_seq=view.seq``; when another writer got there first the step plans again on
-the new view (up to ``max_conflicts`` times) instead of writing something stale.
+A run reads the view once, plans every step on it in memory (each step sees the view as
+the earlier steps' proposals will leave it), and appends all proposals in one append with
+``expected_seq=view.seq``. When another writer got there first the run reads the new view
+and plans again (up to ``max_conflicts`` times) instead of writing something stale.
 """
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from eventstore.errors import ConflictError
-from eventstore.events import Condensation, Usage
+from eventstore import ConfigurationError, ConflictError
+from eventstore.events import Condensation, Event, Usage
+from eventstore.views import apply_event
 
-from .base import Condenser, PlanContext, Proposal, apply, apply_async
+from ._io import Routine, Work, adrive, append, drive, read_view
+from .base import Condenser, PlanContext, Proposal
 from .pruning import ObservationMasker, ToolOutputPruner
 from .summarizing import ExtractiveCondenser, LLMSummaryCondenser, SummarizingCondenser
 from .window import WindowCondenser
@@ -25,7 +27,7 @@ if TYPE_CHECKING:
     from eventstore.store import AsyncEventStore, EventStore
     from eventstore.views import View, ViewOptions
 
-__all__ = ["Pipeline", "StepRecord", "Outcome", "default_pipeline"]
+__all__ = ["Pipeline", "Planned", "StepRecord", "Outcome", "default_pipeline"]
 
 
 @dataclass
@@ -78,6 +80,8 @@ class Outcome:
     """An error that stopped the run (the log is intact)."""
     conflicts: int = 0
     """Re-plans caused by concurrent appends."""
+    planned_on: View | None = None
+    """The view the run planned against (after any re-read)."""
 
     @property
     def fits(self) -> bool:
@@ -130,7 +134,7 @@ class Pipeline:
         max_conflicts: int = 3,
     ) -> None:
         if not steps:
-            raise ValueError("a pipeline needs at least one step")
+            raise ConfigurationError("a pipeline needs at least one step: Pipeline([step, ...])")
         self.steps = list(steps)
         self.target_fraction = target_fraction
         self.max_conflicts = max_conflicts
@@ -151,10 +155,43 @@ class Pipeline:
 
     def summarizing_steps(self) -> list[Condenser]:
         """Steps that write summaries (what a manual request runs), else the last step."""
-        found = [s for s in self.steps if isinstance(s, SummarizingCondenser)]
+        found: list[Condenser] = [s for s in self.steps if isinstance(s, SummarizingCondenser)]
         return found or [self.steps[-1]]
 
     # -- running
+
+    def plan_all(
+        self,
+        view: View,
+        budget: Budget,
+        ctx: PlanContext,
+        steps: Sequence[Condenser] | None = None,
+    ) -> Planned:
+        """Plan a whole run on ``view`` without reading or writing the store.
+
+        Each step plans against the view as the previous steps will leave it (predicted by
+        :func:`eventstore.views.apply_event`), until the view is under target (or, with
+        ``ctx.force``, until a condensation is planned). The proposals are appended
+        together, in order, with ``expected_seq=view.seq``.
+        """
+        target = ctx.target(budget, self.target_fraction)
+        planned = Planned(view=view)
+        for step in steps or self.steps:
+            current = planned.view
+            if not ctx.force and current.tokens <= target:
+                break
+            proposal = step.plan(current, budget, ctx)
+            if proposal is None:
+                continue
+            try:
+                after = apply_event(current, proposal.event, ctx.token_counter)
+            except ValueError:
+                break  # not predictable from this view: write what is planned, re-read next time
+            planned.proposals.append(proposal)
+            planned.view = after
+            if ctx.force and proposal.event.kind == "condensation":
+                break
+        return planned
 
     def run(
         self,
@@ -167,31 +204,12 @@ class Pipeline:
         steps: Sequence[Condenser] | None = None,
         view: View | None = None,
     ) -> Outcome:
-        """Plan and append step by step until the view is under target."""
-        view = view or store.view(session_id, options=options)
-        target = ctx.target(budget, self.target_fraction)
-        out = Outcome(session_id, ctx.trigger, view.tokens, view.tokens, target, budget.available)
-        for step in steps or self.steps:
-            if not ctx.force and view.tokens <= target:
-                break
-            for _ in range(self.max_conflicts + 1):
-                proposal = step.plan(view, budget, ctx)
-                if proposal is None:
-                    break
-                try:
-                    seq = apply(store, view, proposal)
-                except ConflictError:
-                    out.conflicts += 1
-                    view = store.view(session_id, options=options)
-                    continue
-                view = store.view(session_id, options=options)
-                out.steps.append(_record(proposal, seq, view.tokens))
-                break
-            if ctx.force and any(s.kind == "condensation" for s in out.steps):
-                break
-        out.tokens_after = view.tokens
-        out.view = view
-        return out
+        """Plan every step on one view and append the result at once (see :meth:`plan_all`).
+
+        One read (skipped when ``view`` is given) and one append; when another writer got
+        there first the run re-reads and plans again, up to ``max_conflicts`` times.
+        """
+        return drive(self.routine(session_id, budget, ctx, options, steps, view), store)
 
     async def arun(
         self,
@@ -204,31 +222,87 @@ class Pipeline:
         steps: Sequence[Condenser] | None = None,
         view: View | None = None,
     ) -> Outcome:
-        """The asyncio twin of :meth:`run`. Planning (which may call a model) runs in a
-        worker thread so the event loop stays free."""
-        view = view or await store.view(session_id, options=options)
-        target = ctx.target(budget, self.target_fraction)
-        out = Outcome(session_id, ctx.trigger, view.tokens, view.tokens, target, budget.available)
-        for step in steps or self.steps:
-            if not ctx.force and view.tokens <= target:
-                break
-            for _ in range(self.max_conflicts + 1):
-                proposal = await asyncio.to_thread(step.plan, view, budget, ctx)
-                if proposal is None:
-                    break
-                try:
-                    seq = await apply_async(store, view, proposal)
-                except ConflictError:
-                    out.conflicts += 1
-                    view = await store.view(session_id, options=options)
-                    continue
-                view = await store.view(session_id, options=options)
-                out.steps.append(_record(proposal, seq, view.tokens))
-                break
-            if ctx.force and any(s.kind == "condensation" for s in out.steps):
-                break
-        out.tokens_after = view.tokens
-        out.view = view
+        """:meth:`run` on an :class:`~eventstore.AsyncEventStore` (planning, which may call
+        a summary model, runs in a worker thread)."""
+        return await adrive(self.routine(session_id, budget, ctx, options, steps, view), store)
+
+    def routine(
+        self,
+        session_id: str,
+        budget: Budget,
+        ctx: PlanContext,
+        options: ViewOptions | None = None,
+        steps: Sequence[Condenser] | None = None,
+        view: View | None = None,
+        *,
+        extra: Callable[[Outcome], list[Event]] | None = None,
+        catch: bool = False,
+    ) -> Routine[Outcome]:
+        """The run as a routine for :func:`condensers._io.drive` / ``adrive``.
+
+        ``extra`` adds events (bookkeeping) to the same append, given the planned outcome;
+        with ``catch`` a failing strategy ends the run with :attr:`Outcome.error` set
+        instead of raising (nothing is written by the failed plan).
+        """
+        if view is None:
+            view = yield from read_view(session_id, options)
+        conflicts = 0
+        while True:
+            out = Outcome(
+                session_id,
+                ctx.trigger,
+                view.tokens,
+                view.tokens,
+                ctx.target(budget, self.target_fraction),
+                budget.available,
+                conflicts=conflicts,
+                planned_on=view,
+            )
+            try:
+                planned: Planned = yield Work(self.plan_all, (view, budget, ctx, steps))
+            except Exception as exc:
+                if not catch:
+                    raise
+                planned = Planned(view=view)
+                out.error = f"{type(exc).__name__}: {exc}"
+            out.tokens_after = planned.view.tokens
+            out.view = planned.view
+            out.steps = planned.records(view.seq)
+            events: list[Event] = [p.event for p in planned.proposals]
+            events.extend(extra(out) if extra is not None else [])
+            if not events:
+                return out
+            try:
+                yield from append(session_id, events, expected_seq=view.seq)
+            except ConflictError:
+                if conflicts >= self.max_conflicts:
+                    raise
+                conflicts += 1
+                view = yield from read_view(session_id, options)
+                continue
+            out.view = replace(planned.view, seq=view.seq + len(events))
+            return out
+
+
+@dataclass
+class Planned:
+    """A run planned on an in-memory view: the proposals, in order, and the view after."""
+
+    view: View
+    """The predicted view once every proposal is appended."""
+    proposals: list[Proposal] = field(default_factory=list)
+    """What to append, in order."""
+
+    def records(self, first_seq: int) -> list[StepRecord]:
+        """Step records for the proposals appended after ``first_seq``."""
+        out = []
+        for i, proposal in enumerate(self.proposals):
+            after = (
+                self.proposals[i + 1].tokens_before
+                if i + 1 < len(self.proposals)
+                else self.view.tokens
+            )
+            out.append(_record(proposal, first_seq + i + 1, after))
         return out
 
 

@@ -19,6 +19,18 @@ records a ``condenser.circuit_open`` event. Manual requests and overflows still 
 a successful run closes the breaker again. After ``retry_after_events`` more events the
 breaker lets one automatic attempt through (half-open); if it fails the breaker stays
 open for another ``retry_after_events``.
+
+The breaker's state lives in the log, not in the policy object: each failed automatic run
+appends ``condenser.circuit_failure`` (the count so far), the run that trips it
+``condenser.circuit_open``, and a success after failures ``condenser.circuit_closed``, in
+the same append as the run's own events. The view read brings the newest of them along
+(:attr:`~eventstore.views.View.control`), so a restarted process, or another policy
+object, sees the same breaker; a condensation written after them starts a clean slate.
+
+A run that loses a race to a concurrent writer re-plans on the new head (the pipeline's
+``max_conflicts``). That is not a failure: when the winner already did the work the run
+writes nothing and leaves the breaker as it was, and when every re-plan lost too the run
+returns with ``skipped="conflict"`` (a manual request stays pending for the next check).
 """
 
 from __future__ import annotations
@@ -28,11 +40,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from eventstore.events import CondensationRequest, Custom
+from eventstore import _litellm
+from eventstore.errors import ConfigurationError, ConflictError
+from eventstore.events import CondensationRequest, Custom, Event
 from eventstore.tokens import HeuristicTokenCounter, TokenCounter
+from eventstore.views import llm_call_events
 
+from ._io import Complete, Routine, adrive, append, drive, read_view
 from .base import PlanContext, Trigger
 from .pipeline import Outcome, Pipeline, default_pipeline
+from .pruning import ToolOutputPruner
 
 if TYPE_CHECKING:
     from eventstore.budget import Budget
@@ -43,15 +60,50 @@ __all__ = [
     "CondensationPolicy",
     "Decision",
     "CIRCUIT_OPEN",
+    "CIRCUIT_FAILURE",
+    "CIRCUIT_CLOSED",
+    "Breaker",
     "REQUEST_DECLINED",
     "is_context_window_error",
     "complete",
+    "acomplete",
 ]
 
 CIRCUIT_OPEN = "condenser.circuit_open"
 """Name of the custom event written when the breaker opens."""
+CIRCUIT_FAILURE = "condenser.circuit_failure"
+"""Name of the custom event that counts a failed automatic run (``data["failures"]``)."""
+CIRCUIT_CLOSED = "condenser.circuit_closed"
+"""Name of the custom event written when a run succeeds after failures."""
 REQUEST_DECLINED = "condenser.request_declined"
 """Name of the custom event answering a request that could not be honoured."""
+
+
+@dataclass(frozen=True)
+class Breaker:
+    """A session's breaker, as the newest breaker event in a view says."""
+
+    failures: int = 0
+    """Consecutive failed automatic runs."""
+    opened_at: int | None = None
+    """Seq of the event that opened the breaker (or restarted its wait), when open."""
+
+    @classmethod
+    def of(cls, view: View) -> Breaker:
+        """The breaker state recorded in ``view.control`` (closed when nothing is)."""
+        for stored in reversed(view.control):
+            evt = stored.event
+            if not isinstance(evt, Custom) or not evt.name.startswith("condenser.circuit"):
+                continue
+            data = evt.data if isinstance(evt.data, dict) else {}
+            failures = data.get("failures")
+            failures = failures if isinstance(failures, int) else 0
+            if evt.name == CIRCUIT_OPEN or (evt.name == CIRCUIT_FAILURE and data.get("open")):
+                return cls(failures, stored.seq)
+            if evt.name == CIRCUIT_FAILURE:
+                return cls(failures)
+            return cls()
+        return cls()
 
 
 @dataclass
@@ -100,7 +152,9 @@ class CondensationPolicy:
         token_counter: TokenCounter | None = None,
     ) -> None:
         if not 0 < target <= threshold <= 1:
-            raise ValueError("need 0 < target <= threshold <= 1")
+            raise ConfigurationError(
+                f"need 0 < target <= threshold <= 1, got target={target}, threshold={threshold}"
+            )
         self.budget = budget
         self.pipeline = pipeline or default_pipeline(target_fraction=target)
         self.threshold = threshold
@@ -110,14 +164,14 @@ class CondensationPolicy:
         self.retry_after_events = retry_after_events
         self.options = options
         self.token_counter = token_counter or HeuristicTokenCounter()
-        self._failures: dict[str, int] = {}
-        self._open: dict[str, int] = {}
+        self._seen: dict[str, Breaker] = {}  # the newest state read, for is_open only
 
     # -- decisions
 
     def is_open(self, session_id: str) -> bool:
-        """Whether the breaker stops automatic condensation for the session."""
-        return session_id in self._open
+        """Whether the breaker was open in the newest view of the session this policy read
+        (the state itself is in the log: see :meth:`Breaker.of`)."""
+        return self._seen.get(session_id, Breaker()).opened_at is not None
 
     def decide(
         self, view: View, requests: Sequence[tuple[int, CondensationRequest]] = ()
@@ -127,11 +181,13 @@ class CondensationPolicy:
             seq, req = requests[-1]
             target = min(self.budget.fraction(self.target), view.tokens // 2)
             return Decision("manual", req.focus, seq, target_tokens=target, force=True)
-        opened = self._open.get(view.session_id)
+        breaker = Breaker.of(view)
+        self._seen[view.session_id] = breaker
+        opened = breaker.opened_at
         if opened is not None:
             if self.retry_after_events is None or view.seq - opened < self.retry_after_events:
                 return Decision(None)
-            self._open[view.session_id] = view.seq  # half-open: one attempt, then wait again
+            # Half-open: one attempt; a failure records the wait's new start.
         if view.tokens > self.budget.fraction(self.threshold):
             return Decision("threshold")
         if self.max_events is not None:
@@ -145,9 +201,8 @@ class CondensationPolicy:
         return Decision(None)
 
     def _ctx(self, d: Decision) -> PlanContext:
-        assert d.trigger is not None
         return PlanContext(
-            trigger=d.trigger,
+            trigger=d.trigger or "manual",
             target_tokens=d.target_tokens,
             focus=d.focus,
             request_seq=d.request_seq,
@@ -158,26 +213,52 @@ class CondensationPolicy:
     def _steps(self, d: Decision) -> list[Any] | None:
         return self.pipeline.summarizing_steps() if d.trigger == "manual" else None
 
-    # -- sync
+    # -- running
 
-    def pending_requests(
-        self, store: EventStore, view: View
-    ) -> list[tuple[int, CondensationRequest]]:
-        """Manual requests after the view's condensation that were not declined yet."""
-        floor = view.condensation.seq + 1 if view.condensation is not None else 1
-        events = store.read(
-            view.session_id, floor, view.seq, kinds=["condensation_request", "custom"]
-        )
-        return _pending(events)
+    def pending_requests(self, view: View) -> list[tuple[int, CondensationRequest]]:
+        """Manual requests after the view's condensation that were not declined yet (read
+        from :attr:`View.control`, which the store fills in the same read as the view)."""
+        return _pending(view.control)
 
     def maybe_condense(self, store: EventStore, session_id: str) -> Outcome:
-        """Condense the session if a trigger fires; returns what was done."""
-        view = store.view(session_id, options=self.options)
-        decision = self.decide(view, self.pending_requests(store, view))
-        if decision.trigger is None:
-            skipped = "circuit_open" if self.is_open(session_id) else "under_threshold"
-            return _idle(view, self, skipped)
-        return self._run(store, view, decision)
+        """Condense the session if a trigger fires; returns what was done.
+
+        One read of the view and, when something is written, one append holding every
+        step's event and the policy's own bookkeeping.
+        """
+        return drive(self.routine(session_id), store)
+
+    async def amaybe_condense(self, store: AsyncEventStore, session_id: str) -> Outcome:
+        """:meth:`maybe_condense` on an :class:`~eventstore.AsyncEventStore`."""
+        return await adrive(self.routine(session_id), store)
+
+    def maybe_prune(self, store: EventStore, session_id: str) -> Outcome:
+        """Run the pipeline's tool-output pruners now, whatever the thresholds say.
+
+        A cheap pass for the start of a session (or any quiet moment): old tool outputs
+        are compacted once enough can be freed, before the view ever overflows. Each
+        pruner keeps its own protection and minimum; nothing lossy runs. Writes at most
+        one append; ``Outcome.skipped`` is ``"no_pruner"`` when the pipeline has none.
+        """
+        return drive(self.prune_routine(session_id), store)
+
+    async def amaybe_prune(self, store: AsyncEventStore, session_id: str) -> Outcome:
+        """:meth:`maybe_prune` on an :class:`~eventstore.AsyncEventStore`."""
+        return await adrive(self.prune_routine(session_id), store)
+
+    def prune_routine(self, session_id: str) -> Routine[Outcome]:
+        """The routine behind :meth:`maybe_prune` (for ``condensers._io`` drivers)."""
+        view = yield from read_view(session_id, self.options)
+        steps = [s for s in self.pipeline.steps if isinstance(s, ToolOutputPruner)]
+        if not steps:
+            return _idle(view, self, "no_pruner")
+        # Target 0 and no force: every pruner plans, each against its own minimum.
+        ctx = PlanContext(trigger="manual", target_tokens=0, token_counter=self.token_counter)
+        return (
+            yield from self.pipeline.routine(
+                session_id, self.budget, ctx, self.options, steps, view, catch=True
+            )
+        )
 
     def condense(
         self,
@@ -188,101 +269,113 @@ class CondensationPolicy:
         focus: str | None = None,
     ) -> Outcome:
         """Condense now, whatever the thresholds say (used for overflows)."""
-        view = store.view(session_id, options=self.options)
-        target = min(self.budget.fraction(self.target), view.tokens // 2)
-        return self._run(store, view, Decision(trigger, focus, target_tokens=target, force=True))
+        return drive(self.routine(session_id, trigger=trigger, focus=focus), store)
 
-    def _run(self, store: EventStore, view: View, d: Decision) -> Outcome:
-        ctx = self._ctx(d)
+    async def acondense(
+        self,
+        store: AsyncEventStore,
+        session_id: str,
+        *,
+        trigger: Trigger = "manual",
+        focus: str | None = None,
+    ) -> Outcome:
+        """:meth:`condense` on an :class:`~eventstore.AsyncEventStore`."""
+        return await adrive(self.routine(session_id, trigger=trigger, focus=focus), store)
+
+    def routine(
+        self,
+        session_id: str,
+        *,
+        trigger: Trigger | None = None,
+        focus: str | None = None,
+        view: View | None = None,
+    ) -> Routine[Outcome]:
+        """The check-and-condense routine behind the methods above (for ``condensers._io``
+        drivers). With ``trigger`` it condenses whatever the thresholds say."""
+        if view is None:
+            view = yield from read_view(session_id, self.options)
+        if trigger is None:
+            decision = self.decide(view, self.pending_requests(view))
+            if decision.trigger is None:
+                skipped = "circuit_open" if self.is_open(session_id) else "under_threshold"
+                return _idle(view, self, skipped)
+        else:
+            target = min(self.budget.fraction(self.target), view.tokens // 2)
+            decision = Decision(trigger, focus, target_tokens=target, force=True)
         try:
-            out = self.pipeline.run(
-                store, view.session_id, self.budget, ctx, options=self.options,
-                steps=self._steps(d), view=view,
-            )  # fmt: skip
-        except Exception as exc:  # a failing strategy never corrupts the log
-            out = _idle(view, self, None)
-            out.trigger = d.trigger
-            out.error = f"{type(exc).__name__}: {exc}"
-        self._after(store, view, d, out)
-        return out
-
-    def _after(self, store: EventStore, view: View, d: Decision, out: Outcome) -> None:
-        events = self._bookkeeping(view, d, out)
-        for evt in events:
-            try:
-                store.append(view.session_id, [evt])
-            except Exception:  # bookkeeping must not mask the outcome
-                pass
-
-    # -- async
-
-    async def amaybe_condense(self, store: AsyncEventStore, session_id: str) -> Outcome:
-        """The asyncio twin of :meth:`maybe_condense`."""
-        view = await store.view(session_id, options=self.options)
-        floor = view.condensation.seq + 1 if view.condensation is not None else 1
-        found = [
-            e
-            async for e in store.read(
-                session_id, floor, view.seq, kinds=["condensation_request", "custom"]
+            out = yield from self.pipeline.routine(
+                session_id,
+                self.budget,
+                self._ctx(decision),
+                self.options,
+                self._steps(decision),
+                view,
+                extra=lambda planned: self._bookkeeping(planned, decision),
+                catch=True,  # a failing strategy never corrupts the log
             )
-        ]
-        decision = self.decide(view, _pending(found))
-        if decision.trigger is None:
-            skipped = "circuit_open" if self.is_open(session_id) else "under_threshold"
-            return _idle(view, self, skipped)
-        ctx = self._ctx(decision)
-        try:
-            out = await self.pipeline.arun(
-                store, session_id, self.budget, ctx, options=self.options,
-                steps=self._steps(decision), view=view,
-            )  # fmt: skip
-        except Exception as exc:
-            out = _idle(view, self, None)
-            out.trigger = decision.trigger
-            out.error = f"{type(exc).__name__}: {exc}"
-        for evt in self._bookkeeping(view, decision, out):
-            try:
-                await store.append(session_id, [evt])
-            except Exception:
-                pass
+        except ConflictError:
+            # Every re-plan lost to another writer: not a failure, nothing was written, and
+            # a manual request stays pending for the next check.
+            lost = _idle(view, self, "conflict")
+            lost.trigger = decision.trigger
+            lost.conflicts = self.pipeline.max_conflicts + 1
+            return lost
         return out
 
     # -- breaker and requests
 
-    def _bookkeeping(self, view: View, d: Decision, out: Outcome) -> list[Custom]:
-        events: list[Custom] = []
-        sid = view.session_id
+    def _verdict(self, d: Decision, out: Outcome) -> str:
+        """``failed``, ``ok``, or ``lost_race``: a run that re-planned after losing a race
+        and found nothing left to do (the winner did it) is neither."""
+        if out.error is not None or not out.fits:
+            return "failed"
+        if d.trigger in ("threshold", "count") and not out.condensed:
+            base = out.planned_on
+            if out.conflicts and base is not None and self.decide(base).trigger is None:
+                return "lost_race"
+            return "failed"
+        return "ok"
+
+    def _bookkeeping(self, out: Outcome, d: Decision) -> list[Event]:
+        """Events that answer a declined request and record the breaker's state, appended
+        with the run's own events (so they exist exactly when the run was written)."""
+        events: list[Event] = []
+        base = out.planned_on or out.view
+        breaker = Breaker.of(base) if base is not None else Breaker()
         wrote_condensation = any(s.kind == "condensation" for s in out.steps)
+        verdict = self._verdict(d, out)
         if d.trigger == "manual" and not wrote_condensation:
-            reason = out.error or "nothing could be forgotten"
-            events.append(
-                Custom(name=REQUEST_DECLINED, data={"request_seq": d.request_seq, "reason": reason})
+            still_pending = (
+                base is None
+                or d.request_seq is None
+                or any(s == d.request_seq for s, _ in _pending(base.control))
             )
-        if d.trigger in ("threshold", "count", "overflow", "manual"):
-            failed = (
-                out.error is not None
-                or not out.fits
-                or (d.trigger in ("threshold", "count") and not out.condensed)
-            )
-            if failed and d.trigger in ("threshold", "count"):
-                self._failures[sid] = self._failures.get(sid, 0) + 1
-                if self._failures[sid] >= self.max_failures and sid not in self._open:
-                    self._open[sid] = view.seq
-                    events.append(
-                        Custom(
-                            name=CIRCUIT_OPEN,
-                            data={
-                                "failures": self._failures[sid],
-                                "max_failures": self.max_failures,
-                                "tokens": out.tokens_after,
-                                "available": out.available,
-                                "last_error": out.error,
-                            },
-                        )
+            if still_pending:  # not when another writer answered it meanwhile
+                reason = out.error or "nothing could be forgotten"
+                events.append(
+                    Custom(
+                        name=REQUEST_DECLINED,
+                        data={"request_seq": d.request_seq, "reason": reason},
                     )
-            elif not failed:
-                self._failures.pop(sid, None)
-                self._open.pop(sid, None)
+                )
+        if d.trigger in ("threshold", "count") and verdict == "failed":
+            failures = breaker.failures + 1
+            data = {
+                "failures": failures,
+                "max_failures": self.max_failures,
+                "tokens": out.tokens_after,
+                "available": out.available,
+                "last_error": out.error,
+            }
+            if breaker.opened_at is not None:  # a failed half-open attempt: wait again
+                events.append(Custom(name=CIRCUIT_FAILURE, data={**data, "open": True}))
+            elif failures >= self.max_failures:
+                events.append(Custom(name=CIRCUIT_OPEN, data=data))
+            else:
+                events.append(Custom(name=CIRCUIT_FAILURE, data=data))
+        elif verdict == "ok" and d.trigger is not None and breaker != Breaker():
+            if not wrote_condensation:  # a condensation already starts a clean slate
+                events.append(Custom(name=CIRCUIT_CLOSED, data={"trigger": d.trigger}))
         return events
 
 
@@ -326,18 +419,7 @@ def is_context_window_error(exc: BaseException) -> bool:
     litellm maps most providers to ``ContextWindowExceededError``; others surface as a
     ``BadRequestError`` (or a bare API error) whose text litellm's own checker recognizes.
     """
-    from eventstore.tokens import import_litellm
-
-    litellm = import_litellm()
-    if isinstance(exc, litellm.ContextWindowExceededError):
-        return True
-    try:
-        from litellm.litellm_core_utils.exception_mapping_utils import ExceptionCheckers
-
-        return bool(ExceptionCheckers.is_error_str_context_window_exceeded(str(exc)))
-    except Exception:  # pragma: no cover - litellm internals moved
-        text = str(exc).lower()
-        return "context length" in text or "context window" in text
+    return _litellm.is_context_window_error(exc)
 
 
 def complete(
@@ -347,14 +429,19 @@ def complete(
     model: str,
     policy: CondensationPolicy,
     record: bool = True,
+    append_response: bool = True,
+    view: View | None = None,
     **completion_kwargs: Any,
 ) -> Any:
     """Send the session's view to ``model``; on a context overflow condense and retry once.
 
     The view sent is recorded as an ``llm_call`` event (seq and fingerprint) followed by
-    the reply as an assistant message. A context-window error condenses the session with
-    trigger ``overflow`` (to half of what was sent) and retries once; a second overflow, or
-    any other error, is raised after being recorded on the ``llm_call``.
+    the reply as an assistant message, in one append. A context-window error condenses the
+    session with trigger ``overflow`` (to half of what was sent) and retries once; a second
+    overflow, or any other error, is raised after being recorded on the ``llm_call``.
+
+    A turn reads the store once and writes once. Pass the view you already have (for
+    example ``policy.maybe_condense(...).view``) and it reads nothing.
 
     Args:
         store: The event store.
@@ -362,55 +449,91 @@ def complete(
         model: litellm model name.
         policy: Supplies the pipeline and budget used to condense.
         record: Whether to append the ``llm_call`` and the reply.
+        append_response: Whether the reply follows the ``llm_call`` as an assistant
+            message. ``False`` records the call alone, for a caller that appends its own
+            assistant message (a scripted agent observing a live model, for example).
+        view: The session's current view, when the caller already holds it (read with
+            ``policy.options``); it is sent as is.
         **completion_kwargs: Passed to ``litellm.completion`` (``api_base``, ``tools``...).
 
     Returns:
         The litellm response.
     """
-    from eventstore.tokens import import_litellm
-    from eventstore.views import record_llm_call
+    call = _Call(session_id, model, policy, record, append_response, view, completion_kwargs)
+    return drive(call.routine(), store)
 
-    litellm = import_litellm()
-    for attempt in (0, 1):
-        view = store.view(session_id, options=policy.options)
-        started = time.perf_counter()
-        try:
-            response = litellm.completion(
-                model=model, messages=view.to_messages(), **completion_kwargs
-            )
-        except litellm.ContextWindowExceededError as exc:
-            overflow: BaseException | None = exc
-        except Exception as exc:  # BadRequestError and friends: check the text as well
-            if not is_context_window_error(exc):
-                if record:
-                    _record_error(store, session_id, view, model, started, exc)
-                raise
-            overflow = exc
-        else:
-            if record:
-                record_llm_call(
-                    store, session_id, view, response, model=model,
-                    latency_ms=(time.perf_counter() - started) * 1000,
-                )  # fmt: skip
+
+async def acomplete(
+    store: AsyncEventStore,
+    session_id: str,
+    *,
+    model: str,
+    policy: CondensationPolicy,
+    record: bool = True,
+    append_response: bool = True,
+    view: View | None = None,
+    **completion_kwargs: Any,
+) -> Any:
+    """:func:`complete` on an :class:`~eventstore.AsyncEventStore`, calling the model with
+    ``litellm.acompletion``."""
+    call = _Call(session_id, model, policy, record, append_response, view, completion_kwargs)
+    return await adrive(call.routine(), store)
+
+
+@dataclass
+class _Call:
+    session_id: str
+    model: str
+    policy: CondensationPolicy
+    record: bool
+    append_response: bool
+    view: View | None
+    kwargs: dict[str, Any]
+
+    def routine(self) -> Routine[Any]:
+        sid, policy = self.session_id, self.policy
+        view = self.view
+        if view is None:
+            view = yield from read_view(sid, policy.options)
+        for attempt in (0, 1):
+            started = time.perf_counter()
+            messages = view.to_messages()
+            try:
+                response = yield Complete(
+                    {"model": self.model, "messages": messages, **self.kwargs}
+                )
+            except Exception as exc:
+                overflow = is_context_window_error(exc)
+                if self.record:
+                    try:
+                        yield from append(sid, self._events(view, None, started, exc))
+                    except Exception:  # recording must not hide the model's error
+                        pass
+                if not overflow or attempt == 1:
+                    raise
+                out = yield from policy.routine(sid, trigger="overflow")
+                if out.view is None:  # pragma: no cover - every outcome carries its view
+                    out.view = yield from read_view(sid, policy.options)
+                view = out.view
+                continue
+            if self.record:
+                # No expected_seq: what others appended while the model was thinking does not
+                # make the answer wrong, and the llm_call names the view it answered.
+                yield from append(sid, self._events(view, response, started, None))
             return response
-        if record:
-            _record_error(store, session_id, view, model, started, overflow)
-        if attempt == 1:
-            raise overflow
-        policy.condense(store, session_id, trigger="overflow")
-    raise AssertionError("unreachable")  # pragma: no cover
+        raise AssertionError("unreachable")  # pragma: no cover
 
-
-def _record_error(
-    store: EventStore, session_id: str, view: View, model: str, started: float, exc: BaseException
-) -> None:
-    from eventstore.views import record_llm_call
-
-    try:
-        record_llm_call(
-            store, session_id, view, None, model=model,
-            latency_ms=(time.perf_counter() - started) * 1000,
-            error=f"{type(exc).__name__}: {str(exc)[:500]}",
-        )  # fmt: skip
-    except Exception:  # recording must not hide the model's error
-        pass
+    def _events(
+        self, view: View, response: Any, started: float, exc: BaseException | None
+    ) -> list[Event]:
+        error = None if exc is None else f"{type(exc).__name__}: {str(exc)[:500]}"
+        return list(
+            llm_call_events(
+                view,
+                response,
+                model=self.model,
+                latency_ms=(time.perf_counter() - started) * 1000,
+                error=error,
+                append_response=self.append_response,
+            )
+        )

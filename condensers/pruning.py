@@ -3,15 +3,16 @@
 A prune stamps tool-result parts as compacted; the view shows a short placeholder instead
 and the original stays readable through ``store.original(ref)``. No model is called.
 
-* :class:`ToolOutputPruner` follows OpenCode's pruning: protect the newest ~40k tokens of
-  tool output and the last two user turns, and act only when at least ~20k tokens would be
-  freed (so the provider's prompt cache is not invalidated for a trifle).
+* :class:`ToolOutputPruner` follows OpenCode's pruning: protect the newest 40k tokens of
+  tool output and the last two assistant steps, and act only when at least 20k tokens
+  would be freed (so the provider's prompt cache is not invalidated for a trifle).
 * :class:`ObservationMasker` follows observation masking (OpenHands; "The Complexity Trap",
   JetBrains 2025): every tool result outside an attention window of the newest results is
   masked, whatever its size.
 
-Both scale their absolute thresholds down to a fraction of the budget, so the documented
-defaults (sized for 100k-200k windows) still behave sensibly on a 8k model.
+The pruner keeps its absolute thresholds unless the window is smaller than what it
+protects; the masker scales its minimum down to a fraction of the budget. So the
+documented defaults (sized for 100k-200k windows) still behave sensibly on a 8k model.
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from eventstore.errors import ConfigurationError
 from eventstore.events import PartRef, Prune, ToolResultPart
+from eventstore.views import placeholder_text
 
 from .base import PlanContext, Proposal
 
@@ -32,25 +35,25 @@ __all__ = ["ToolOutputPruner", "ObservationMasker"]
 
 
 def _placeholder_tokens(view: View, ctx: PlanContext, ref: PartRef) -> int:
-    text = view.options.placeholder
-    if "{" in text:
-        text = text.format(seq=ref.seq, index=ref.index)
-    return ctx.token_counter.count(text)
+    # The same text the view will show and count (one placeholder mechanism).
+    return ctx.token_counter.count(placeholder_text(view.options, ref))
 
 
-def _candidates(item: ViewItem, protected: frozenset[str]) -> Iterable[tuple[int, ToolResultPart]]:
-    """Tool results of ``item`` that may be compacted: finished, visible, not protected."""
+_COMPLETED = frozenset({"completed"})
+_PRUNABLE = frozenset({"completed", "error"})
+
+
+def _candidates(
+    item: ViewItem, protected: frozenset[str], states: frozenset[str] = _COMPLETED
+) -> Iterable[tuple[int, ToolResultPart]]:
+    """Tool results of ``item`` that may be compacted: in ``states``, visible, not of a
+    protected tool."""
     for idx, part in enumerate(item.message.parts):
         if not isinstance(part, ToolResultPart) or idx in item.compacted:
             continue
-        if part.state != "completed" or (part.name and part.name in protected):
+        if part.state not in states or (part.name and part.name in protected):
             continue
         yield idx, part
-
-
-def _is_user_turn(item: ViewItem) -> bool:
-    msg = item.message
-    return msg.role == "user" and not msg.tool_results
 
 
 def _scaled(absolute: int, fraction: float, budget: Budget) -> int:
@@ -86,23 +89,34 @@ def _prune_proposal(
 
 
 class ToolOutputPruner:
-    """Compact old tool outputs once enough can be freed.
+    """Compact old tool outputs once enough can be freed (OpenCode's pruning, RFC 007).
 
-    Walking from the newest message back, the last ``protect_turns`` user turns are left
-    alone, then the first ``protect_tokens`` of tool output are kept; every older finished
-    tool result (not of a protected tool) is compacted, provided the total freed reaches
-    ``minimum_tokens``. Parts already compacted are skipped, so planning twice proposes
-    nothing new (idempotent).
+    Walking from the newest message back, the results of the newest ``protect_steps``
+    assistant steps (messages with tool calls) are kept, and so is the newest
+    ``protect_tokens`` of tool output; every older finished or failed tool result (not of
+    a protected tool) is compacted, provided the prunable total reaches
+    ``minimum_tokens``. Protection counts tokens and assistant steps, not user turns: a
+    single-task agent run has one user message, and counting user turns would protect
+    all of it. Parts already compacted are skipped, so planning twice proposes nothing
+    new (idempotent).
+
+    The thresholds are absolute, as in OpenCode, whatever the budget. Only when the view's
+    budget is smaller than ``protect_tokens`` (a window in which 40k tokens of output
+    could never be kept) are both clamped to ``protect_fraction`` and
+    ``minimum_fraction`` of it.
 
     Args:
-        protect_tokens: Newest tool-output tokens kept (OpenCode: 40,000), scaled down to
-            ``protect_fraction`` of the budget when that is smaller.
-        minimum_tokens: Least tokens worth a prune (OpenCode: 20,000), scaled down to
-            ``minimum_fraction`` of the budget when that is smaller.
-        protect_turns: Newest user turns whose tool outputs are never pruned.
+        protect_tokens: Newest tool-output tokens kept (OpenCode: 40,000).
+        minimum_tokens: Least prunable tokens worth a prune (OpenCode: 20,000).
+        protect_steps: Newest assistant steps whose tool results are never pruned.
         protected_tools: Tool names whose results are never pruned.
-        protect_fraction: See ``protect_tokens``.
-        minimum_fraction: See ``minimum_tokens``.
+        protected_prefixes: Tool-name prefixes whose results are never pruned.
+        max_part_tokens: Cap on any one part's token estimate (a huge output counts as
+            this much towards protection and the minimum).
+        protect_fraction: Budget fraction ``protect_tokens`` is clamped to in a small
+            window.
+        minimum_fraction: Budget fraction ``minimum_tokens`` is clamped to in a small
+            window.
     """
 
     name = "prune_tool_outputs"
@@ -112,15 +126,24 @@ class ToolOutputPruner:
         *,
         protect_tokens: int = 40_000,
         minimum_tokens: int = 20_000,
-        protect_turns: int = 2,
-        protected_tools: Iterable[str] = (),
+        protect_steps: int = 2,
+        protected_tools: Iterable[str] = ("skill",),
+        protected_prefixes: Iterable[str] = ("tool-",),
+        max_part_tokens: int = 50_000,
         protect_fraction: float = 0.3,
         minimum_fraction: float = 0.05,
     ) -> None:
+        if protect_steps < 0 or max_part_tokens <= 0:
+            raise ConfigurationError(
+                "protect_steps must not be negative and max_part_tokens must be positive, "
+                f"got {protect_steps} and {max_part_tokens}"
+            )
         self.protect_tokens = protect_tokens
         self.minimum_tokens = minimum_tokens
-        self.protect_turns = protect_turns
+        self.protect_steps = protect_steps
         self.protected_tools = frozenset(protected_tools)
+        self.protected_prefixes = tuple(protected_prefixes)
+        self.max_part_tokens = max_part_tokens
         self.protect_fraction = protect_fraction
         self.minimum_fraction = minimum_fraction
 
@@ -128,41 +151,72 @@ class ToolOutputPruner:
         return {
             "protect_tokens": self.protect_tokens,
             "minimum_tokens": self.minimum_tokens,
-            "protect_turns": self.protect_turns,
+            "protect_steps": self.protect_steps,
             "protected_tools": sorted(self.protected_tools),
+            "protected_prefixes": list(self.protected_prefixes),
+            "max_part_tokens": self.max_part_tokens,
             "protect_fraction": self.protect_fraction,
             "minimum_fraction": self.minimum_fraction,
         }
 
+    def thresholds(self, budget: Budget) -> tuple[int, int]:
+        """The (protect, minimum) tokens in effect for ``budget``."""
+        if budget.available >= self.protect_tokens:
+            return self.protect_tokens, self.minimum_tokens
+        return (
+            _scaled(self.protect_tokens, self.protect_fraction, budget),
+            _scaled(self.minimum_tokens, self.minimum_fraction, budget),
+        )
+
+    def is_protected(self, tool: str | None) -> bool:
+        """Whether results of ``tool`` are never pruned."""
+        if not tool:
+            return False
+        return tool in self.protected_tools or tool.startswith(self.protected_prefixes)
+
     def plan(self, view: View, budget: Budget, ctx: PlanContext) -> Proposal | None:
         started = time.perf_counter()
-        protect = _scaled(self.protect_tokens, self.protect_fraction, budget)
-        minimum = _scaled(self.minimum_tokens, self.minimum_fraction, budget)
-        turns = 0
+        protect, minimum = self.thresholds(budget)
+        kept_calls = _newest_step_calls(view, self.protect_steps)
         seen = 0
+        prunable = 0
         targets: list[PartRef] = []
         freed = 0
         for item in reversed(view.items):
             if item.pinned:
                 continue
-            if _is_user_turn(item):
-                turns += 1
-            if turns < self.protect_turns:
-                continue
-            for idx, _part in _candidates(item, self.protected_tools):
-                tokens = item.part_tokens[idx]
-                if seen < protect:
-                    seen += tokens
+            for idx, part in _candidates(item, frozenset(), _PRUNABLE):
+                if self.is_protected(part.name):
+                    continue
+                estimate = min(item.part_tokens[idx], self.max_part_tokens)
+                if part.tool_call_id in kept_calls or seen < protect:
+                    seen += estimate
                     continue
                 ref = PartRef(seq=item.seq, index=idx)
-                gain = tokens - _placeholder_tokens(view, ctx, ref)
+                gain = item.part_tokens[idx] - _placeholder_tokens(view, ctx, ref)
                 if gain > 0:
                     targets.append(ref)
                     freed += gain
-        if not targets or freed < (1 if ctx.force else minimum):
+                    prunable += min(gain, self.max_part_tokens)
+        if not targets or prunable < (1 if ctx.force else minimum):
             return None
         settings = {**self.settings(), "effective_protect": protect, "effective_minimum": minimum}
         return _prune_proposal(self.name, settings, view, targets, freed, ctx, started)
+
+
+def _newest_step_calls(view: View, steps: int) -> set[str]:
+    """Call ids of the newest ``steps`` assistant messages that made tool calls."""
+    out: set[str] = set()
+    if steps <= 0:
+        return out
+    for item in reversed(view.items):
+        calls = item.message.tool_calls if item.message.role == "assistant" else []
+        if calls:
+            out.update(c.id for c in calls)
+            steps -= 1
+            if steps == 0:
+                break
+    return out
 
 
 class ObservationMasker:
@@ -194,7 +248,7 @@ class ObservationMasker:
         protected_tools: Iterable[str] = (),
     ) -> None:
         if window_events < 0:
-            raise ValueError("window_events must not be negative")
+            raise ConfigurationError(f"window_events must not be negative, got {window_events}")
         self.window_events = window_events
         self.window_tokens = window_tokens
         self.minimum_tokens = minimum_tokens

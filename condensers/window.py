@@ -12,6 +12,8 @@ import re
 import time
 from typing import TYPE_CHECKING, Any
 
+from eventstore.errors import ConfigurationError
+
 from .base import PlanContext, Proposal, choose_cut, condensation_for, previous_condensation
 
 if TYPE_CHECKING:
@@ -50,7 +52,7 @@ class WindowCondenser:
         self, *, target_fraction: float = 0.5, min_forget_events: int = 1, min_keep: int = 1
     ) -> None:
         if not 0 < target_fraction <= 1:
-            raise ValueError("target_fraction must be in (0, 1]")
+            raise ConfigurationError(f"target_fraction must be in (0, 1], got {target_fraction}")
         self.target_fraction = target_fraction
         self.min_forget_events = max(min_forget_events, 1)
         self.min_keep = min_keep

@@ -1,4 +1,4 @@
-"""Summarizing condensation: replace the forgotten middle with a structured summary.
+"""The summary condensers: replace the forgotten middle with a structured summary.
 
 The summary is anchored: the summarizer sees the summary currently in the view plus only
 the events this condensation newly forgets, and returns one summary covering both. The
@@ -7,7 +7,7 @@ defines its view.
 
 When a model-backed summarizer fails (rate limit, timeout, context overflow, a summary
 without the template's headings even after a retry, or any other error) the condenser
-falls back to the deterministic :class:`~condensers.summarizers.ExtractiveSummarizer` and
+falls back to the deterministic :class:`~.extractive.ExtractiveSummarizer` and
 records that it did. A summary that does not make the view smaller is never written.
 """
 
@@ -16,9 +16,10 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
+from eventstore.errors import ConfigurationError
 from eventstore.tokens import MESSAGE_OVERHEAD
 
-from .base import (
+from ..base import (
     PlanContext,
     Proposal,
     choose_cut,
@@ -26,7 +27,9 @@ from .base import (
     newly_forgotten,
     previous_condensation,
 )
-from .summarizers import ExtractiveSummarizer, LLMSummarizer, Summarizer, SummaryResult
+from .extractive import ExtractiveSummarizer
+from .llm import LLMSummarizer
+from .protocol import Summarizer, SummaryResult
 
 if TYPE_CHECKING:
     from eventstore.budget import Budget
@@ -60,7 +63,7 @@ class SummarizingCondenser:
         min_keep: int = 1,
     ) -> None:
         if not 0 < target_fraction <= 1:
-            raise ValueError("target_fraction must be in (0, 1]")
+            raise ConfigurationError(f"target_fraction must be in (0, 1], got {target_fraction}")
         self.summarizer = summarizer
         self.fallback = fallback
         self.target_fraction = target_fraction
