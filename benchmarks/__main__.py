@@ -1,5 +1,8 @@
 """``python -m benchmarks``: measure the store, its raw floors and its peers in one run.
 
+``python -m benchmarks quality [--smoke]`` runs the condensation quality benchmark instead
+(see :mod:`benchmarks.quality_report`).
+
 Writes ``RESULTS.md`` and ``results.json`` (the full mode into ``benchmarks/``, the quick
 and smoke modes into ``benchmarks/<mode>-results/`` unless ``--out`` says otherwise).
 Progress goes to stderr.
@@ -170,6 +173,11 @@ def _command(settings: Settings) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["quality"]:
+        from .quality_report import main as quality_main
+
+        return quality_main(argv[1:])
     args = _parse(argv)
     if args.render:
         return _render_only(args.render, args.out)

@@ -18,8 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from eventstore import Budget, EventStore
-from eventstore._core import encode
-from eventstore.codec import encode_event
+from eventstore.codec import encode, encode_event
 
 from .harness import Recorder, Settings, log, median, percentile
 from .raw import StoreSQL, pg_analyze
@@ -210,7 +209,7 @@ def _policy_check() -> Callable[[EventStore, str, int], bool] | None:
 
     def check(store: EventStore, sid: str, as_of: int) -> bool:
         view = store.view(sid, as_of=as_of)
-        return policy.decide(view, policy.pending_requests(store, view)).trigger is not None
+        return policy.decide(view, policy.pending_requests(view)).trigger is not None
 
     return check
 
