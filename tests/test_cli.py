@@ -24,8 +24,8 @@ from eventstore import (
     ToolCallPart,
     record_llm_call,
 )
+from eventstore._litellm import import_litellm
 from eventstore.cli import cli
-from eventstore.tokens import import_litellm
 from tests.conftest import corpus_files, sqlite_path
 
 HEAVY = ("litellm", "alembic", "rich")
@@ -300,12 +300,90 @@ def test_prune_compacts_and_keeps_the_content(env: Any) -> None:
     assert "no prune written" in again.stderr
 
 
-def test_condense_without_a_budget_says_how_to_give_one(env: Any) -> None:
+def test_condense_and_prune_without_budget_flags_use_a_default_and_say_so(
+    env: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("EVENTSTORE_MODEL", raising=False)
+    bare = env.store.create_session()
+    turns = [
+        m
+        for i in range(8)
+        for m in (Message.user(f"request {i} " + "words " * 50), Message.assistant(f"done {i}"))
+    ]
+    env.store.append(bare.id, turns)
+    result = env.run("condense", bare.id, "--focus", "request 3")
+    first = result.stdout.splitlines()[0]
+    assert first.startswith("budget: the default 128,000-token window")
+    assert "--model" in first and "EVENTSTORE_MODEL" in first
+    cond = [e.event for e in env.store.read(bare.id, kinds=["condensation"])]
+    assert len(cond) == 1 and cond[0].focus == "request 3"
+    data = _json(env.run("prune", bare.id, "--json"))
+    assert data["budget"]["max_input_tokens"] == 128_000
+    assert data["budget"]["source"].startswith("budget: the default")
+
+
+def test_budget_comes_from_the_session_then_eventstore_model(
+    env: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("EVENTSTORE_MODEL", "gpt-4")
+    # The seeded session records calls to gpt-4o-mini: the session's model wins.
+    data = _json(env.run("prune", env.sid, "--json"))
+    assert data["budget"]["model"] == "gpt-4o-mini"
+    assert "newest llm_call" in data["budget"]["source"]
+    # An imported transcript: the model that wrote its assistant messages.
+    imported = env.store.create_session(metadata={"run": {"model": "gpt-4"}})
+    env.store.append(
+        imported.id,
+        [Message.user("hi"), Message.assistant("hello", model="gpt-4o")],
+    )
+    data = _json(env.run("condense", imported.id, "--json", ok=False))
+    assert data["budget"]["model"] == "gpt-4o" and "assistant message" in data["budget"]["source"]
+    # Its metadata, when no message names a model.
+    meta = env.store.create_session(metadata={"run": {"model": "gpt-4o"}})
+    env.store.append(meta.id, [Message.user("hi")])
+    data = _json(env.run("prune", meta.id, "--json"))
+    assert data["budget"]["model"] == "gpt-4o" and "metadata" in data["budget"]["source"]
+    # Nothing in the session: EVENTSTORE_MODEL.
     bare = env.store.create_session()
     env.store.append(bare.id, [Message.user("hi")])
-    result = env.run("condense", bare.id, ok=False)
-    assert result.exit_code != 0
-    assert "--max-input-tokens" in result.stderr and "Traceback" not in result.output
+    data = _json(env.run("prune", bare.id, "--json"))
+    assert data["budget"]["model"] == "gpt-4" and "EVENTSTORE_MODEL" in data["budget"]["source"]
+    # --model beats all of them.
+    data = _json(env.run("prune", env.sid, "--model", "gpt-4o", "--json"))
+    assert data["budget"]["model"] == "gpt-4o" and "(--model)" in data["budget"]["source"]
+
+
+def test_prune_that_writes_nothing_says_why(env: Any) -> None:
+    no_tools = env.store.create_session()
+    env.store.append(no_tools.id, [Message.user("hi"), Message.assistant("hello")])
+    result = env.run("prune", no_tools.id)
+    assert "no prune written: the view holds no tool results" in result.stderr
+    assert "-" + "16" not in result.output
+    recent = env.store.create_session()
+    env.store.append(
+        recent.id,
+        [
+            Message.user("look"),
+            Message.assistant("", tool_calls=[ToolCallPart(id="c1", name="ls", arguments="{}")]),
+            Message.tool("c1", "a.py b.py", name="ls"),
+        ],
+    )
+    data = _json(env.run("prune", recent.id, "--json"))
+    assert data["steps"] == [] and data["error"] is None
+    assert data["reason"].startswith("1 tool results (")
+    assert "newest 2 assistant steps" in data["reason"]
+    # A call that never got its result: the view renders one, which is not a saving.
+    open_call = env.store.create_session()
+    env.store.append(
+        open_call.id,
+        [
+            Message.user("go"),
+            Message.assistant("", tool_calls=[ToolCallPart(id="c9", name="finish")]),
+        ],
+    )
+    stats = _json(env.run("stats", "--json"))
+    assert stats["tokens_saved"] >= 0 and stats["view_overhead"] > 0
+    assert "view overhead" in env.run("stats").stdout
 
 
 # --------------------------------------------------------------------------- verify
@@ -349,6 +427,56 @@ def test_export_and_import_round_trip(env: Any, tmp_path: Path) -> None:
     assert imported[0]["head_seq"] == n_messages
 
 
+def test_export_takes_json_and_survives_placeholders_with_braces(env: Any, tmp_path: Path) -> None:
+    from eventstore import PartRef, ViewOptions
+
+    results = [e for e in env.store.read(env.sid, kinds=["message"]) if e.event.role == "tool"]
+    env.store.append(env.sid, [Prune(targets=[PartRef(seq=results[0].seq, index=0)])])
+    for template in ("{0} {name} {{x}} {seq}", "{", "}{", "{seq:>5}", "{index.__class__}"):
+        view = env.store.view(env.sid, options=ViewOptions(placeholder=template))
+        record_llm_call(env.store, env.sid, view, None, model="gpt-4o-mini", append_response=False)
+    out = tmp_path / "s.jsonl"
+    data = _json(env.run("export", env.sid, "-o", str(out), "--json"))
+    assert data == {
+        "session_id": env.sid,
+        "format": "jsonl",
+        "events": env.store.head(env.sid),
+        "output": str(out),
+    }
+    chat = json.loads(env.run("export", env.sid, "--format", "openai", "--json").stdout)
+    assert chat[0]["role"] == "system"
+    fresh = f"sqlite:///{tmp_path / 'fresh.db'}"
+    assert CliRunner().invoke(cli, ["--db", fresh, "import", str(out)]).exit_code == 0
+    verified = CliRunner().invoke(cli, ["--db", fresh, "verify", env.sid, "--json"])
+    assert verified.exit_code == 0 and _json(verified)["ok"] is True
+
+
+def test_export_import_into_a_fresh_database_keeps_the_session_id(env: Any, tmp_path: Path) -> None:
+    out = tmp_path / "s.jsonl"
+    env.run("export", env.sid, "-o", str(out))
+    fresh = f"sqlite:///{tmp_path / 'fresh.db'}"
+    runner = CliRunner()
+    created = runner.invoke(cli, ["--db", fresh, "import", str(out), "--json"])
+    assert created.exit_code == 0, created.output
+    assert [s["id"] for s in _json(created)] == [env.sid]
+    verified = runner.invoke(cli, ["--db", fresh, "verify", env.sid])
+    assert verified.exit_code == 0 and "ok" in verified.stdout
+    listed = _json(runner.invoke(cli, ["--db", fresh, "sessions", "list", "--json"]))
+    assert [s["id"] for s in listed] == [env.sid]
+    # Again: the ids are taken, and the message names the flags that opt out.
+    again = runner.invoke(cli, ["--db", fresh, "import", str(out)])
+    assert again.exit_code != 0 and "--new-ids" in again.stderr
+    assert "Traceback" not in again.output
+    other = f"sqlite:///{tmp_path / 'other.db'}"
+    with EventStore(other) as o:
+        o.create_session(session_id=env.sid)
+    taken = runner.invoke(cli, ["--db", other, "import", str(out)])
+    assert taken.exit_code != 0 and "--new-id" in taken.stderr and env.sid in taken.stderr
+    renamed = _json(runner.invoke(cli, ["--db", other, "import", str(out), "--new-id", "--json"]))
+    assert renamed[0]["id"] != env.sid
+    assert runner.invoke(cli, ["--db", other, "verify", renamed[0]["id"]]).exit_code == 0
+
+
 @pytest.mark.parametrize("path", corpus_files("swe-agent/**/*.traj")[:1], ids=lambda p: p.name)
 def test_import_detects_a_swe_agent_trajectory(env: Any, path: Path) -> None:
     created = _json(env.run("import", str(path), "--json"))
@@ -375,7 +503,7 @@ def test_stats_counts_and_tokens_saved(env: Any) -> None:
     raw = sum(e.token_count for e in events if e.kind == "message")
     view = env.store.view(env.sid).tokens
     assert data["raw_message_tokens"] == raw and data["view_tokens"] == view
-    assert data["tokens_saved"] == raw - view > 0
+    assert data["tokens_saved"] == raw - view > 0 and data["view_overhead"] == 0
     cond = next(e.event for e in events if e.kind == "condensation")
     assert data["condensations"] == 1
     assert data["condensation_reduction"] == cond.tokens_before - cond.tokens_after
@@ -416,3 +544,19 @@ def test_db_option_after_the_command_name(tmp_path: Path) -> None:
     assert runner.invoke(cli, ["db", "upgrade", "--db", url]).exit_code == 0
     listed = runner.invoke(cli, ["sessions", "list", "--db", url, "--json"])
     assert listed.exit_code == 0 and _json(listed) == []
+
+
+def test_errors_become_one_line_with_the_fix() -> None:
+    import psycopg
+
+    from condensers import SummaryError
+    from eventstore import InvalidEventError
+    from eventstore.cli.root import _error_message
+
+    assert (_error_message(SummaryError("bad model")) or "").startswith("condensation failed:")
+    assert _error_message(InvalidEventError("limit: too big")) == "limit: too big"
+    assert "nested too deeply" in (_error_message(RecursionError()) or "")
+    assert "out of range" in (_error_message(OverflowError("int too large")) or "")
+    driver = _error_message(psycopg.OperationalError("connection refused"))
+    assert driver is not None and driver.startswith("database error: connection refused")
+    assert _error_message(KeyError("a bug")) is None  # real bugs keep their traceback

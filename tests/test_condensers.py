@@ -42,6 +42,7 @@ from eventstore import (
     ConflictError,
     Custom,
     EventStore,
+    EventStoreError,
     Message,
     PartRef,
     Prune,
@@ -49,8 +50,8 @@ from eventstore import (
     ToolCallPart,
     ToolResultPart,
 )
+from eventstore._litellm import import_litellm
 from eventstore.budget import Budget
-from eventstore.tokens import import_litellm
 
 litellm = import_litellm()
 
@@ -215,22 +216,22 @@ def test_tool_output_pruner_defaults_and_idempotence(store: EventStore) -> None:
             evs.append(Message.tool(cid, "x" * 40_000, name="read" if k else "skill"))
     store.append(sid, evs)
     budget = Budget(max_input_tokens=200_000, reserved_output=8_000)
-    pruner = ToolOutputPruner(protected_tools=["skill"])
+    pruner = ToolOutputPruner()
     view = store.view(sid)
     proposal = pruner.plan(view, budget, PlanContext(token_counter=store.token_counter))
     assert proposal is not None
     prune = proposal.event
     assert isinstance(prune, Prune) and prune.strategy == "prune_tool_outputs"
-    # Each output is 10k tokens. The last two user turns are protected, then 40k tokens
-    # of output (the four "read" results of turns 2 and 3); turns 0 and 1 lose theirs.
+    # Each output is 10k tokens. The newest 40k tokens of output are kept (the four "read"
+    # results of turns 4 and 5, which include the two newest steps); turns 0-3 lose theirs.
     targets = {(r.seq, r.index) for r in prune.targets}
     by_seq = {i.seq: i for i in view.items}
     names = {by_seq[s].message.parts[0].name for s, _ in targets}
-    assert names == {"read"}  # protected tool never pruned
-    assert len(targets) == 4
-    assert prune.tokens_freed >= 39_000
-    newest_protected = max(s for s, _ in targets)
-    assert newest_protected < [i.seq for i in view.items if i.message.text == "request 2"][0]
+    assert names == {"read"}  # "skill" is protected by default
+    assert len(targets) == 8
+    assert prune.tokens_freed >= 79_000
+    newest_pruned = max(s for s, _ in targets)
+    assert newest_pruned < [i.seq for i in view.items if i.message.text == "request 4"][0]
 
     seq = apply(store, view, proposal)
     after = store.view(sid)
@@ -247,7 +248,7 @@ def test_tool_output_pruner_needs_the_minimum(store: EventStore) -> None:
     view = store.view(sid)
     budget = Budget(max_input_tokens=200_000, reserved_output=8_000)
     ctx = PlanContext(token_counter=store.token_counter)
-    assert ToolOutputPruner(protect_turns=0).plan(view, budget, ctx) is None
+    assert ToolOutputPruner(protect_steps=0).plan(view, budget, ctx) is None
 
 
 def test_observation_masker_masks_outside_the_window(store: EventStore) -> None:
@@ -443,6 +444,37 @@ def test_unmapped_summary_model_without_window_falls_back(store: EventStore) -> 
     assert "window" in proposal.event.settings["error"]
 
 
+@pytest.mark.parametrize(
+    ("summarizer", "fix"),
+    [
+        (LLMSummarizer("openai/unmapped-model-x"), r"pass LLMSummarizer\(\.\.\., window=N\)"),
+        (LLMSummarizer("gpt-4o-mini", window=500), "smaller max_output_tokens"),
+        (
+            LLMSummarizer("gpt-4o-mini", call_kwargs={"mock_response": INVALID}),
+            "use a summary model that follows the template",
+        ),
+        (
+            LLMSummarizer("gpt-4o-mini", call_kwargs={"mock_response": "litellm.RateLimitError"}),
+            "rate limits and timeouts",
+        ),
+        (
+            LLMSummarizer(
+                "gpt-4o-mini", call_kwargs={"mock_response": "litellm.ContextWindowExceededError"}
+            ),
+            "smaller N so the events are split",
+        ),
+    ],
+)
+def test_summary_errors_are_store_errors_that_say_the_fix(
+    store: EventStore, summarizer: LLMSummarizer, fix: str
+) -> None:
+    sid = chat_session(store, turns=6)
+    events = all_events(store, sid)[1:]
+    with pytest.raises(SummaryError, match=fix) as info:
+        summarizer.summarize(None, events)
+    assert isinstance(info.value, EventStoreError)
+
+
 def test_summary_that_does_not_shrink_is_rejected(store: EventStore) -> None:
     sid = chat_session(store, turns=12, words=20)
     huge = VALID + "\n" + "padding " * 20_000
@@ -494,7 +526,7 @@ def test_policy_threshold_runs_cheapest_first_and_fits(store: EventStore) -> Non
     assert store.view(sid).tokens > budget.fraction(0.8)
     out = policy.maybe_condense(store, sid)
     assert out.trigger == "threshold" and out.fits and out.condensed
-    assert out.steps[0].condenser == "mask_observations"
+    assert out.steps[0].condenser == "prune_tool_outputs"  # the cheapest step fires first
     assert out.tokens_after <= budget.fraction(0.5)
     assert_pairs_intact(store.view(sid).to_messages())
     again = policy.maybe_condense(store, sid)

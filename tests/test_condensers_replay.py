@@ -19,7 +19,7 @@ from conftest import corpus_files
 from condensers import CondensationPolicy, cut_points
 from eventstore import EventStore, Message, ToolResultPart
 from eventstore.budget import Budget
-from eventstore.interop import from_openai
+from eventstore.chat import from_openai
 
 TRAJECTORIES = corpus_files("swe-agent/**/*.traj")
 WINDOW = 8192
@@ -79,6 +79,11 @@ def replay(store: EventStore, path: Path, budget: Budget) -> dict[str, Any]:
             stats["condensations"] += sum(1 for s in out.steps if s.kind == "condensation")
             stats["prunes"] += sum(1 for s in out.steps if s.kind == "prune")
             view = store.view(sid)
+            # The pipeline planned on a predicted view and wrote once: the prediction is
+            # exactly what the store now builds.
+            assert out.view is not None
+            assert (out.view.seq, out.view.tokens) == (view.seq, view.tokens)
+            assert out.view.fingerprint() == view.fingerprint()
             stats["checks"] += 1
             rendered = view.to_messages()
             assert_pairs_intact(rendered)

@@ -12,7 +12,8 @@ from click.testing import CliRunner
 
 from eventstore import EventStore, LLMCall, ViewOptions
 from eventstore.cli import cli
-from eventstore.demo import DEFAULT_DEMO_DB, generate_session, run_demo
+from eventstore.cli.demo import run_demo
+from eventstore.cli.demo_script import generate_session
 from eventstore.views import fingerprint
 
 
@@ -110,12 +111,33 @@ def test_demo_human_output_in_the_working_directory(
         "interrupted result",
     ):
         assert text in out, text
-    db = tmp_path / DEFAULT_DEMO_DB
+    # The demo writes where every command reads by default, and says so.
+    assert "sqlite:///eventstore.db (the default: every command uses it" in out
+    assert "eventstore sessions list" in out and "--db" not in out.split("Look around:")[1]
+    db = tmp_path / "eventstore.db"
     assert db.exists()
-    # Each run starts from a fresh file: still exactly one session afterwards.
+    listed = runner.invoke(cli, ["sessions", "list", "--json"])
+    assert listed.exit_code == 0, listed.output
+    (session,) = json.loads(listed.stdout)
+    assert session["id"] in out
+    # Another run adds its session next to the first; nothing is deleted.
     assert runner.invoke(cli, ["demo", "--turns", "30"]).exit_code == 0
     with EventStore(f"sqlite:///{db}", tenant="default") as store:
-        assert len(store.list_sessions(limit=None)) == 1
+        ids = [s.id for s in store.list_sessions(limit=None)]
+    assert len(ids) == 2 and session["id"] in ids
+
+
+def test_demo_follows_eventstore_url(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    url = f"sqlite:///{tmp_path / 'elsewhere.db'}"
+    monkeypatch.setenv("EVENTSTORE_URL", url)
+    runner = CliRunner()
+    result = runner.invoke(cli, ["demo", "--turns", "20", "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["db"] == url and not (tmp_path / "eventstore.db").exists()
+    listed = json.loads(runner.invoke(cli, ["sessions", "list", "--json"]).stdout)
+    assert [s["id"] for s in listed] == [data["session_id"]]
 
 
 def test_demo_on_each_backend(db_url: str) -> None:

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import io
 import json
+import signal
+import subprocess
+import sys
 import uuid
 from collections import Counter
 from datetime import UTC, datetime, timedelta
@@ -20,15 +23,19 @@ from eventstore import (
     FilePart,
     LLMCall,
     Message,
+    NotFoundError,
     PartRef,
     Prune,
     ReasoningPart,
     TextPart,
     ToolCallPart,
     Usage,
+    _sql,
     decode_tool_output,
 )
-from eventstore.codec import encode_event
+from eventstore.chat import to_openai
+from eventstore.codec import chain_hash, encode_event
+from eventstore.events import EVENT_ADAPTER
 from eventstore.importers import (
     EXPORT_FORMAT,
     ImportFormatError,
@@ -40,7 +47,6 @@ from eventstore.importers import (
     import_transcripts,
     load_transcripts,
 )
-from eventstore.interop import to_openai
 
 SWE = corpus_files("swe-agent/**/*.traj")
 OH_LISTS = corpus_files("openhands/**/*.json")
@@ -424,7 +430,7 @@ def test_export_import_round_trip_is_exact(store: EventStore, tmp_path: Path) ->
     assert header["format"] == EXPORT_FORMAT and header["session"]["id"] == sid
 
     imported = import_jsonl(store, io.StringIO(text))
-    assert imported.id != sid
+    assert imported.id == sid  # the session keeps its id, as its events keep theirs
     assert (imported.title, imported.metadata, imported.user_id) == (
         "rich",
         {"k": [1, "two"]},
@@ -445,7 +451,9 @@ def test_export_import_round_trip_is_exact(store: EventStore, tmp_path: Path) ->
         export_jsonl(store, imported.id, fp)
     dest = EventStore(f"sqlite:///{tmp_path / 'dest.db'}")
     (again,) = import_file(dest, path)
+    assert again.id == sid
     _same_events(store, imported.id, dest, again.id)
+    assert dest.verify(sid).ok
     dest.close()
     src.close()
 
@@ -661,3 +669,170 @@ def test_bad_references_are_refused_before_any_session(store: EventStore) -> Non
     with pytest.raises(ImportFormatError, match="condensation range 1..2"):
         import_transcripts(store, [cond])
     _no_new_sessions(store, before)
+
+
+# --------------------------------------------------------------------------- atomic imports
+
+
+def _rehash(lines: list[str]) -> list[str]:
+    """Export lines with the hash chain recomputed, as a careful forger would."""
+    out, prev = [lines[0]], None
+    for line in lines[1:]:
+        rec = json.loads(line)
+        payload = {**rec["payload"], "id": rec["id"], "kind": rec["kind"]}
+        evt = EVENT_ADAPTER.validate_python({**payload, "created_at": rec["created_at"]})
+        rec["hash"] = prev = chain_hash(
+            prev, rec["seq"], rec["id"], rec["kind"], evt.created_at, encode_event(evt)
+        )
+        out.append(json.dumps(rec))
+    return out
+
+
+def _with_id(msg: Message) -> Message:
+    return msg.model_copy(update={"id": f"e-{uuid.uuid4().hex}"})
+
+
+def _nothing_left(store: EventStore, sessions_before: int, event_ids: list[str]) -> None:
+    assert len(store.list_sessions(limit=None)) == sessions_before
+    with store.engine.connect() as conn:
+        assert _sql.taken_event_ids(conn, event_ids) == []
+
+
+def test_a_repeated_event_id_late_in_the_file_leaves_nothing(
+    store: EventStore, tmp_path: Path
+) -> None:
+    src = EventStore(f"sqlite:///{tmp_path / 'src.db'}")
+    s = src.create_session(title="long")
+    src.append(s.id, [Message.user(f"m{i}") for i in range(600)])
+    buf = io.StringIO()
+    export_jsonl(src, s.id, buf)
+    lines = buf.getvalue().splitlines()
+    dup = json.loads(lines[550])
+    dup["id"] = json.loads(lines[3])["id"]
+    lines = _rehash(lines[:550] + [json.dumps(dup)] + lines[551:])
+    path = tmp_path / "dup.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    ids = [json.loads(line)["id"] for line in lines[1:]]
+    before = len(store.list_sessions(limit=None))
+    with pytest.raises(ImportFormatError, match="event 550 repeats the id .* event 3"):
+        import_file(store, path)
+    _nothing_left(store, before, ids)
+    # Through a transcript too (a converted trajectory carries ids the same way).
+    events = [_with_id(Message.user(f"m{i}")) for i in range(600)]
+    events[549] = Message.user("again").model_copy(update={"id": events[2].id})
+    with pytest.raises(ImportFormatError, match="event 550 repeats"):
+        import_transcripts(store, [Transcript(events=events, title="t")])
+    _nothing_left(store, before, [e.id for e in events if e.id])
+    src.close()
+
+
+def test_a_failing_head_hash_leaves_nothing(store: EventStore, tmp_path: Path) -> None:
+    src = EventStore(f"sqlite:///{tmp_path / 'src.db'}")
+    s = src.create_session()
+    src.append(s.id, [Message.user(f"m{i}") for i in range(30)])
+    stored = list(src.read(s.id))
+    hashes = [e.hash for e in stored]
+    hashes[-1] = "f" * 64
+    t = Transcript(events=[e.event for e in stored], hashes=hashes, session_id=s.id)
+    before = len(store.list_sessions(limit=None))
+    with pytest.raises(ImportFormatError, match="hash to .* at seq 30.*nothing was imported"):
+        import_transcripts(store, [t], batch_size=7)  # four batches in, then the check
+    _nothing_left(store, before, [e.id for e in stored])
+    with pytest.raises(NotFoundError):
+        store.get_session(s.id)
+    src.close()
+
+
+def test_an_import_interrupted_between_batches_leaves_nothing(store: EventStore) -> None:
+    ok = Transcript(events=[Message.user("first file")], title="ok")
+    events = [_with_id(Message.user(f"m{i}")) for i in range(50)]
+    before = len(store.list_sessions(limit=None))
+
+    def stop(done: int, total: int) -> None:
+        if done >= 30:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        import_transcripts(store, [ok, Transcript(events=events)], batch_size=10, progress=stop)
+    _nothing_left(store, before, [e.id for e in events if e.id])
+
+
+def test_export_keeps_the_session_id_and_a_collision_is_a_clear_error(
+    store: EventStore, tmp_path: Path
+) -> None:
+    src = EventStore(f"sqlite:///{tmp_path / 'src.db'}")
+    sid = _rich_session(src)
+    path = tmp_path / "x.jsonl"
+    with path.open("w", encoding="utf-8") as fp:
+        export_jsonl(src, sid, fp)
+    (kept,) = import_file(store, path)
+    assert kept.id == sid and store.verify(sid).ok
+    _same_events(src, sid, store, sid)
+    # The same file again: the events' ids are taken (and so is the session's).
+    with pytest.raises(ImportFormatError, match="new_ids=True"):
+        import_file(store, path)
+    # A session of that id whose events are elsewhere: the session id is the conflict.
+    other = EventStore(f"sqlite:///{tmp_path / 'other.db'}", tenant=store.tenant)
+    other.create_session(session_id=sid, title="unrelated")
+    with pytest.raises(ImportFormatError, match=f"{sid}.*already exists.*new_id=True"):
+        import_file(other, path)
+    assert other.head(sid) == 0
+    (fresh,) = import_file(other, path, new_id=True)
+    assert fresh.id != sid and other.verify(fresh.id).ok
+    _same_events(src, sid, other, fresh.id)
+    with path.open() as fp:
+        renamed = import_jsonl(other, fp, new_ids=True)
+    assert renamed.id not in (sid, fresh.id)
+    other.close()
+    src.close()
+
+
+_KILL_SCRIPT = """
+import os, signal, sys
+from eventstore import EventStore
+from eventstore.importers import import_file
+
+store = EventStore(sys.argv[1], tenant=sys.argv[2], upgrade=True)
+
+def progress(done, total):
+    if done >= 1200:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+import_file(store, sys.argv[3], progress=progress, batch_size=200)
+print("finished")
+"""
+
+
+def test_kill_9_during_a_large_import_leaves_no_partial_session(
+    db_url: str, tmp_path: Path
+) -> None:
+    src = EventStore(f"sqlite:///{tmp_path / 'src.db'}")
+    s = src.create_session(title="big")
+    for start in range(0, 3000, 500):
+        src.append(s.id, [Message.user(f"message {start + i} " + "x" * 200) for i in range(500)])
+    path = tmp_path / "big.jsonl"
+    with path.open("w", encoding="utf-8") as fp:
+        export_jsonl(src, s.id, fp)
+    ids = [e.id for e in src.read(s.id)]
+    src.close()
+    tenant = f"t-{uuid.uuid4().hex}"
+    script = tmp_path / "kill_import.py"
+    script.write_text(_KILL_SCRIPT)
+    proc = subprocess.run(
+        [sys.executable, str(script), db_url, tenant, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    assert "finished" not in proc.stdout
+    store = EventStore(db_url, tenant=tenant)
+    try:
+        assert store.list_sessions(limit=None) == []
+        with store.engine.connect() as conn:
+            assert _sql.taken_event_ids(conn, ids) == []
+        # And the same file imports whole afterwards.
+        (done,) = import_file(store, path)
+        assert done.id == s.id and done.head_seq == 3000 and store.verify(s.id).ok
+    finally:
+        store.close()

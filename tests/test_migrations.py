@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ast
+import importlib.util
 import os
 import re
 import shlex
@@ -11,17 +13,19 @@ import sysconfig
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 from conftest import drop_pg_database, fresh_pg_database
 from sqlalchemy import create_engine, inspect, text
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Connection, Engine
 
 from eventstore import EventStore, Message, SchemaError
 from eventstore.migrate import check, current_revision, downgrade, script_location, upgrade
-from eventstore.schema import SCHEMA_REVISION, metadata
+from eventstore.schema import SCHEMA_REVISION, drop_trigger_ddl, metadata, trigger_ddl
 
 ROOT = Path(__file__).resolve().parent.parent
+VERSIONS = ROOT / "migrations" / "versions"
 TABLES = {"sessions", "events", "parts", "fork_compactions"}
 SQLITE_TRIGGERS = {
     "events_append_only_update",
@@ -117,6 +121,110 @@ def test_upgrade_downgrade_upgrade(empty_url: str) -> None:
             with store.engine.begin() as conn:
                 conn.execute(text("DELETE FROM events"))
         assert store.verify(s.id, fingerprints=False).ok
+
+
+# --------------------------------------------------------------------------- frozen migrations
+
+
+def _migration_files() -> list[Path]:
+    return sorted(p for p in VERSIONS.glob("*.py") if p.name != "__init__.py")
+
+
+def _load_migration(path: Path) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(f"_migration_{path.stem}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _imported_modules(tree: ast.AST) -> list[tuple[int, str]]:
+    """(line, module) for every import in ``tree``, at any depth; relative ones keep their dots."""
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            found.append((node.lineno, "." * node.level + (node.module or "")))
+        elif (
+            isinstance(node, ast.Call)
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+            and (
+                (isinstance(node.func, ast.Name) and node.func.id == "__import__")
+                or (isinstance(node.func, ast.Attribute) and node.func.attr == "import_module")
+            )
+        ):
+            found.append((node.lineno, node.args[0].value))
+    return found
+
+
+def test_migrations_import_nothing_from_eventstore() -> None:
+    """A migration is frozen: live code may change after it ships, what it does to a
+    database may not. Relative imports count too: installed, ``versions`` sits inside
+    the ``eventstore`` package."""
+    files = _migration_files()
+    assert files, f"no migrations found in {VERSIONS}"
+    offenders = [
+        f"{path.relative_to(ROOT)}:{line}: imports {name}"
+        for path in files
+        for line, name in _imported_modules(ast.parse(path.read_text(), str(path)))
+        if name == "eventstore" or name.startswith(("eventstore.", "."))
+    ]
+    assert not offenders, (
+        "migrations must hold their own frozen DDL, not import live code:\n" + "\n".join(offenders)
+    )
+
+
+@pytest.mark.parametrize("dialect", ["sqlite", "postgresql"])
+def test_initial_migration_guards_equal_the_live_schema(dialect: str) -> None:
+    """Revision 0001's frozen trigger SQL is what ``eventstore.schema`` produces today. If
+    this fails, the live guards changed: write a new migration that installs them (and
+    point this test at it), never edit 0001."""
+    migration = _load_migration(VERSIONS / "0001_initial.py")
+    assert migration._trigger_ddl(dialect) == trigger_ddl(dialect), (
+        f"eventstore.schema.trigger_ddl({dialect!r}) drifted from migration 0001"
+    )
+    assert migration._drop_trigger_ddl(dialect) == drop_trigger_ddl(dialect), (
+        f"eventstore.schema.drop_trigger_ddl({dialect!r}) drifted from migration 0001"
+    )
+
+
+def _guards(conn: Connection) -> dict[str, str]:
+    """The append-only guards as the database stores them: name -> definition."""
+    if conn.dialect.name == "sqlite":
+        sql = "SELECT 'trigger ' || name, sql FROM sqlite_master WHERE type = 'trigger'"
+    else:
+        sql = (
+            "SELECT 'trigger ' || tgname, pg_get_triggerdef(oid) FROM pg_trigger"
+            " WHERE NOT tgisinternal"
+            " UNION ALL SELECT 'function ' || proname, pg_get_functiondef(oid)"
+            " FROM pg_proc WHERE proname LIKE 'eventstore\\_%'"
+        )
+    return {name: definition for name, definition in conn.execute(text(sql))}
+
+
+def test_migrated_database_has_the_live_schema_guards(empty_url: str) -> None:
+    """The guards the migrations install are, as the database stores them, the ones the
+    live ``trigger_ddl`` would install: replacing one set with the other changes nothing."""
+    engine = create_engine(empty_url)
+    try:
+        upgrade(engine)
+        with engine.connect() as conn:
+            migrated = _guards(conn)
+        assert migrated, "the migrations installed no guards"
+        with engine.begin() as conn:
+            for statement in drop_trigger_ddl(engine.dialect.name):
+                conn.execute(text(statement))
+            assert _guards(conn) == {}, "the live drop_trigger_ddl left guards behind"
+            for statement in trigger_ddl(engine.dialect.name):
+                conn.execute(text(statement))
+        with engine.connect() as conn:
+            live = _guards(conn)
+        assert live == migrated, "the live trigger_ddl differs from what the migrations install"
+    finally:
+        engine.dispose()
 
 
 def test_check_reports_drift(empty_url: str) -> None:
@@ -286,3 +394,129 @@ def test_installed_wheel_upgrades_a_database(tmp_path: Path) -> None:
         assert _triggers(engine) == SQLITE_TRIGGERS
     finally:
         engine.dispose()
+
+
+def _columns(engine: Engine, table: str) -> set[str]:
+    return {c["name"] for c in inspect(engine).get_columns(table)}
+
+
+def test_batch_digest_migration_keeps_data_and_old_keys(empty_url: str) -> None:
+    """0001 -> 0002 -> 0001 -> 0002 with rows in place: the column comes and goes, the
+    events and their guards stay, and a key stored before 0002 (no digest) still replays."""
+    engine = create_engine(empty_url)
+    try:
+        upgrade(engine, "0001")
+        assert "batch_digest" not in _columns(engine, "events")
+        with engine.begin() as conn:
+            conn.execute(
+                text(
+                    "INSERT INTO sessions (id, tenant, metadata, head_seq, created_at, updated_at)"
+                    " VALUES ('old', 'legacy', '{}', 1, :now, :now)"
+                ),
+                {"now": "2026-01-01 00:00:00"},
+            )
+            conn.execute(
+                text(
+                    "INSERT INTO events (session_id, seq, id, kind, created_at, payload,"
+                    " token_count, size, idempotency_key, batch_size, hash) VALUES ('old', 1,"
+                    " 'e1', 'custom', :now, '{\"name\":\"x\"}', 0, 12, 'k-old', 1, :h)"
+                ),
+                {"now": "2026-01-01 00:00:00", "h": "0" * 64},
+            )
+        upgrade(engine)
+        assert "batch_digest" in _columns(engine, "events")
+        assert check(engine) == []
+        downgrade(engine, "0001")
+        assert current_revision(engine) == "0001"
+        assert "batch_digest" not in _columns(engine, "events")
+        assert _triggers(engine) == _expected_triggers(engine)
+        upgrade(engine)
+        assert check(engine) == []
+        assert _triggers(engine) == _expected_triggers(engine)
+        with engine.connect() as conn:
+            assert conn.execute(text("SELECT COUNT(*) FROM events")).scalar_one() == 1
+    finally:
+        engine.dispose()
+    with EventStore(empty_url, tenant="legacy", upgrade=False) as store:
+        from eventstore import Custom, IdempotencyMismatchError
+
+        # No digest was stored with the old key: compared by batch size, as before.
+        again = store.append_result("old", [Custom(name="y")], idempotency_key="k-old")
+        assert again.replayed and again.seqs == [1]
+        with pytest.raises(IdempotencyMismatchError):
+            store.append("old", [Custom(name="y"), Custom(name="z")], idempotency_key="k-old")
+        # A new key gets a digest and is compared by content.
+        store.append("old", [Custom(name="a")], idempotency_key="k-new")
+        with pytest.raises(IdempotencyMismatchError):
+            store.append("old", [Custom(name="b")], idempotency_key="k-new")
+        with pytest.raises(Exception, match="append-only"):
+            with store.engine.begin() as conn:
+                conn.execute(text("DELETE FROM events"))
+
+
+_KILL_UPGRADE = """
+import os, signal, sys
+from sqlalchemy import event
+from sqlalchemy.engine import Engine
+from eventstore.cli import main
+
+created = []
+
+@event.listens_for(Engine, "after_cursor_execute")
+def _crash_after_two_tables(conn, cursor, statement, *args):
+    if statement.lstrip().upper().startswith("CREATE TABLE"):
+        created.append(statement)
+        if len(created) == 3:  # alembic_version, then two of ours
+            os.kill(os.getpid(), signal.SIGKILL)
+
+main(["--db", sys.argv[1], "db", "upgrade"])
+"""
+
+
+def test_an_upgrade_killed_halfway_leaves_nothing_and_reruns(
+    empty_url: str, tmp_path: Path
+) -> None:
+    from click.testing import CliRunner
+
+    from eventstore.cli import cli
+
+    script = tmp_path / "kill_upgrade.py"
+    script.write_text(_KILL_UPGRADE)
+    proc = subprocess.run(
+        [sys.executable, str(script), empty_url], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == -9, proc.stderr
+    engine = create_engine(empty_url)
+    try:
+        # The upgrade was one transaction: not a table, not a version row survived it.
+        assert set(inspect(engine).get_table_names()) == set()
+    finally:
+        engine.dispose()
+    again = CliRunner().invoke(cli, ["--db", empty_url, "db", "upgrade"])
+    assert again.exit_code == 0, again.output
+    assert f"to {SCHEMA_REVISION}" in again.stdout
+    with EventStore(empty_url) as store:
+        s = store.create_session()
+        store.append(s.id, [Message.user("after the crash")])
+        assert store.verify(s.id).ok
+    checked = CliRunner().invoke(cli, ["--db", empty_url, "db", "check"])
+    assert checked.exit_code == 0, checked.output
+
+
+def test_tables_without_a_revision_get_a_clear_error(empty_url: str) -> None:
+    from click.testing import CliRunner
+
+    from eventstore.cli import cli
+
+    engine = create_engine(empty_url)
+    try:
+        with engine.begin() as conn:  # what an interrupted, non-transactional upgrade left
+            conn.execute(text("CREATE TABLE alembic_version (version_num VARCHAR(32))"))
+            conn.execute(text("CREATE TABLE sessions (id VARCHAR(36) PRIMARY KEY)"))
+        with pytest.raises(SchemaError, match="sessions but no schema revision"):
+            upgrade(engine)
+    finally:
+        engine.dispose()
+    result = CliRunner().invoke(cli, ["--db", empty_url, "db", "upgrade"])
+    assert result.exit_code == 1 and "interrupted" in result.stderr
+    assert "Traceback" not in result.output

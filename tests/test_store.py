@@ -1,7 +1,8 @@
 """The storage contract, run against a real SQLite file and the real Postgres server.
 
 Every test here takes the parametrized ``store`` (or ``db_url``) fixture, so each one runs
-once per backend and both must behave identically.
+on both backends and through both APIs (sync, and async driven by ``BlockingAsyncStore``),
+and all four must behave identically.
 """
 
 from __future__ import annotations
@@ -9,16 +10,17 @@ from __future__ import annotations
 import shutil
 import sqlite3
 import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any
 
 import pytest
-from conftest import drop_pg_database, fresh_pg_database, row_count, sqlite_path
+from conftest import row_count, sqlite_path
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 
 from eventstore import (
+    CondensationRequest,
     Custom,
     EventStore,
     IdempotencyError,
@@ -27,7 +29,14 @@ from eventstore import (
     NotFoundError,
     StoredEvent,
 )
-from eventstore._core import READ_PAGE
+from eventstore._sql import READ_PAGE
+
+
+@pytest.fixture
+def store(api_store: Any) -> Any:
+    """Each test here runs over (sqlite, postgres) x (sync, async): the async store is
+    driven through the same calls by ``BlockingAsyncStore``."""
+    return api_store
 
 
 def _users(n: int, prefix: str = "m") -> list[Message]:
@@ -86,6 +95,44 @@ def test_read_range_and_kinds(store: EventStore) -> None:
     assert list(store.read(s.id, from_seq=4, to_seq=3)) == []
     customs = list(store.read(s.id, kinds=["custom"]))
     assert [c.event.data for c in customs] == [{"i": 1}, {"i": 2}]  # type: ignore[union-attr]
+
+
+def test_reading_several_kinds_merges_them_in_seq_order_across_pages(store: EventStore) -> None:
+    s = store.create_session()
+    batch: list[Any] = []
+    for i in range(700):
+        if i % 3 == 0:
+            batch.append(Custom(name="tick", data={"i": i}))
+        elif i % 3 == 1:
+            batch.append(CondensationRequest(focus=f"f{i}"))
+        else:
+            batch.append(Message.user(f"m{i}"))
+    store.append(s.id, batch)
+    got = [e.seq for e in store.read(s.id, kinds=["custom", "condensation_request"])]
+    assert got == [i + 1 for i in range(700) if i % 3 != 2]
+    tail = [e.seq for e in store.read(s.id, 600, 650, kinds=["message", "custom"])]
+    assert tail == [q for q in range(600, 651) if (q - 1) % 3 != 1]
+
+
+def test_latest_event_of_a_kind_is_one_probe_and_respects_as_of_and_forks(
+    store: EventStore,
+) -> None:
+    s = store.create_session()
+    store.append(s.id, [Custom(name="a", data=1), Message.user("x"), Custom(name="b", data=2)])
+    store.append(s.id, [Message.user("y")])
+    found = store.latest_event(s.id, "custom")
+    assert found is not None and found.seq == 3
+    earlier = store.latest_event(s.id, "custom", as_of=2)
+    assert earlier is not None and earlier.seq == 1
+    assert store.latest_event(s.id, "llm_call") is None
+    fork = store.fork(s.id, 2)
+    store.append(fork.id, [Message.user("fork's own")])
+    inherited = store.latest_event(fork.id, "custom")
+    assert inherited is not None and (inherited.seq, inherited.session_id) == (1, s.id)
+    own = store.latest_event(fork.id, "message")
+    assert own is not None and (own.seq, own.session_id) == (3, fork.id)
+    with pytest.raises(NotFoundError):
+        store.latest_event("no-such-session", "custom")
 
 
 def test_streaming_read_larger_than_a_page(store: EventStore) -> None:
@@ -417,19 +464,6 @@ def test_parts_allow_only_one_compaction_stamp(store: EventStore) -> None:
 
 
 # --------------------------------------------------------------------------- tamper evidence
-
-
-@pytest.fixture
-def own_db(db_url: str) -> Iterator[str]:
-    """A database this test may tamper with: the per-test SQLite file or a fresh Postgres."""
-    if db_url.startswith("sqlite"):
-        yield db_url
-        return
-    url = fresh_pg_database()
-    try:
-        yield url
-    finally:
-        drop_pg_database(url)
 
 
 def _tamper(store: EventStore, tmp_path: Path, sql: str, **params: object) -> EventStore:

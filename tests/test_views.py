@@ -32,6 +32,13 @@ from eventstore.views import DEFAULT_INTERRUPTED, DEFAULT_PLACEHOLDER
 from tests.conftest import corpus_files
 
 
+@pytest.fixture
+def store(api_store: Any) -> Any:
+    """Each test here runs over (sqlite, postgres) x (sync, async): the async store is
+    driven through the same calls by ``BlockingAsyncStore``."""
+    return api_store
+
+
 def _turn(i: int, size: int = 400) -> list[Message]:
     call = ToolCallPart(
         id=f"call_{i}", name="read_file", arguments=json.dumps({"path": f"f{i}.py"})
@@ -60,7 +67,8 @@ def test_view_without_condensation_is_the_whole_conversation(store: EventStore) 
     msgs = view.to_messages()
     assert view.seq == 11
     assert [m["role"] for m in msgs] == ["system", "user"] + ["user", "assistant", "tool"] * 3
-    assert [i.pinned for i in view.items][:3] == [True, True, False]
+    # Every user message before the first assistant action is pinned.
+    assert [i.pinned for i in view.items][:4] == [True, True, True, False]
     assert msgs[3]["tool_calls"][0]["function"]["arguments"] == '{"path": "f0.py"}'
     assert view.tokens == sum(i.tokens for i in view.items)
     assert view.condensation is None and view.summary is None
@@ -108,6 +116,56 @@ def test_placeholder_is_configurable_with_reference(store: EventStore) -> None:
     opts = ViewOptions(placeholder="[cleared: see {seq}/{index}]")
     tool = [m for m in store.view(sid, options=opts).to_messages() if m["role"] == "tool"]
     assert tool[0]["content"] == "[cleared: see 5/0]"
+
+
+def test_no_view_option_sends_a_compacted_part_s_original(store: EventStore) -> None:
+    import itertools
+
+    from eventstore.chat import from_openai
+
+    secret = "SECRET-OUTPUT-7f3a"
+    sid = store.create_session().id
+    call = {"id": "c1", "type": "function", "function": {"name": "cat", "arguments": "{}"}}
+    raw_tool = {
+        # A list of two texts renders differently from the stored single output, so the
+        # verbatim original is kept in Message.extra (with a private key alongside).
+        "role": "tool",
+        "tool_call_id": "c1",
+        "content": [{"type": "text", "text": secret}, {"type": "text", "text": secret}],
+        "agent": "main",
+    }
+    store.append(
+        sid,
+        [
+            Message.system("sys"),
+            Message.user("task"),
+            from_openai({"role": "assistant", "content": None, "tool_calls": [call]}),
+            from_openai(raw_tool),
+            Message.user("next"),
+        ],
+    )
+    full = store.view(sid, options=ViewOptions(keep_extra=True)).to_messages()
+    assert secret in json.dumps(full)  # before the prune the original is sent
+    store.append(sid, [Prune(targets=[PartRef(seq=4, index=0)])])
+    flags = [True, False]
+    for keep, pin_s, pin_u, placeholder in itertools.product(
+        flags, flags, flags, [DEFAULT_PLACEHOLDER, "[gone {seq}/{index}]", "{literal} {x}"]
+    ):
+        options = ViewOptions(
+            keep_extra=keep, pin_system=pin_s, pin_first_user=pin_u, placeholder=placeholder
+        )
+        view = store.view(sid, options=options)
+        sent = json.dumps(view.to_messages())
+        assert secret not in sent, options
+        assert store.view(sid, as_of=5, options=options).to_messages() != view.to_messages()
+
+
+def test_placeholder_with_other_braces_is_literal(store: EventStore) -> None:
+    sid = _session(store, 1)
+    store.append(sid, [Prune(targets=[PartRef(seq=5, index=0)])])
+    opts = ViewOptions(placeholder='{"pruned": {seq}, "x": {}}')
+    tool = [m for m in store.view(sid, options=opts).to_messages() if m["role"] == "tool"]
+    assert tool[0]["content"] == '{"pruned": 5, "x": {}}'
 
 
 def test_as_of_out_of_range_is_rejected(store: EventStore) -> None:
@@ -257,7 +315,7 @@ def test_parallel_calls_stay_together_and_results_follow_in_call_order(store: Ev
     )
     msgs = store.view(sid).to_messages()
     assert [m["role"] for m in msgs] == ["user", "assistant", "tool", "tool", "tool", "user"]
-    assert msgs[1]["content"] == ""  # never None: some servers reject it
+    assert msgs[1]["content"] is None  # as providers send a tool-call-only message
     assert [m["tool_call_id"] for m in msgs[2:5]] == ["p0", "p1", "p2"]
     assert [m["content"] for m in msgs[2:5]] == ["r0", "r1", "r2"]
 
@@ -316,7 +374,7 @@ def test_reasoning_round_trips_in_litellm_form(store: EventStore) -> None:
 
 
 def test_swe_agent_histories_render_back_unchanged(store: EventStore) -> None:
-    from eventstore.interop import from_openai, to_openai
+    from eventstore.chat import from_openai, to_openai
 
     files = corpus_files("swe-agent/**/*.traj")
     if not files:
@@ -345,7 +403,7 @@ def test_swe_agent_histories_render_back_unchanged(store: EventStore) -> None:
 
 
 def _mock_reply(content: str = "done", model: str = "gpt-4o") -> Any:
-    from eventstore.tokens import import_litellm
+    from eventstore._litellm import import_litellm
 
     litellm = import_litellm()
     return litellm.completion(
@@ -399,7 +457,7 @@ def test_budget_from_known_model_override_and_unmapped_model() -> None:
 
 
 def test_budget_for_registered_local_model() -> None:
-    from eventstore.tokens import import_litellm
+    from eventstore._litellm import import_litellm
 
     litellm = import_litellm()
     name = f"local-{uuid.uuid4().hex[:8]}"
@@ -469,3 +527,28 @@ def test_fork_of_fork(store: EventStore) -> None:
     assert store.view(f2.id).items[-2].seq == 10
     assert store.verify(f2.id).ok
     assert store.head(sid) == 11 and store.head(f1.id) == 11
+
+
+def test_calls_recorded_before_null_content_still_verify(store: EventStore) -> None:
+    from eventstore import fingerprint
+
+    sid = store.create_session().id
+    call = ToolCallPart(id="c1", name="ls", arguments="{}")
+    store.append(
+        sid,
+        [Message.system("s"), Message.user("u"), Message.assistant(None, [call]),
+         Message.tool("c1", "out")],
+    )  # fmt: skip
+    view = store.view(sid)
+    now = view.to_messages()
+    assert now[2]["content"] is None  # current rendering: as providers send it
+    old = store.view(sid, options=ViewOptions(render_version=1)).to_messages()
+    assert old[2]["content"] == "" and old[:2] == now[:2]
+    # A call recorded by the first release: no render_version, fingerprint of "" content.
+    legacy = LLMCall(model="m", view_seq=view.seq, fingerprint=fingerprint(old), render_options={})
+    store.append(sid, [legacy])
+    record_llm_call(store, sid, store.view(sid), None, model="m")
+    report = store.verify(sid)
+    assert report.ok and report.llm_calls == 2, report.problems
+    recorded = [e.event for e in store.read(sid, kinds=["llm_call"])]
+    assert recorded[-1].render_options == {"render_version": 2}  # type: ignore[union-attr]

@@ -21,15 +21,15 @@ from eventstore import (
     ToolCallPart,
     ToolResultPart,
 )
-from eventstore.codec import decode_event, encode_event
-from eventstore.events import EVENT_ADAPTER
-from eventstore.interop import (
+from eventstore.chat import (
     OMIT_KEY,
     from_openai,
     messages_from_openai,
     messages_to_openai,
     to_openai,
 )
+from eventstore.codec import decode_event, encode_event
+from eventstore.events import EVENT_ADAPTER
 
 
 def _roundtrip(m: dict[str, Any]) -> Message:
@@ -65,11 +65,27 @@ def test_content_list_is_remembered() -> None:
     assert msg.extra is None
 
 
+def test_a_tool_call_only_message_goes_out_with_null_content() -> None:
+    call = ToolCallPart(id="c1", name="ls", arguments="{}")
+    (rendered,) = to_openai(Message.assistant("", tool_calls=[call]))
+    assert rendered["content"] is None and rendered["tool_calls"][0]["id"] == "c1"
+    # Text beside the calls, or list content, still renders as before.
+    (with_text,) = to_openai(Message.assistant("looking", tool_calls=[call]))
+    assert with_text["content"] == "looking"
+    listed = Message(role="assistant", parts=[call], content_list=True)
+    assert to_openai(listed)[0]["content"] == []
+    # A producer that sent "" gets "" back exactly (kept in extra); null needs no extra.
+    for content in ("", None):
+        m = {"role": "assistant", "content": content, "tool_calls": [rendered["tool_calls"][0]]}
+        msg = _roundtrip(m)
+        assert msg.extra == (None if content is None else {"content": ""})
+
+
 def test_assistant_tool_calls_keep_arguments_verbatim() -> None:
     args = '{ "path" : "a.py",\n "x": 1.50 }'  # odd spacing, trailing zero: never re-parsed
     m = {
         "role": "assistant",
-        "content": "",
+        "content": None,
         "tool_calls": [
             {"id": "c1", "type": "function", "function": {"name": "open", "arguments": args}},
             {"id": "c2", "type": "function", "function": {"name": "ls", "arguments": "{}"}},
@@ -83,10 +99,10 @@ def test_assistant_tool_calls_keep_arguments_verbatim() -> None:
     assert msg.extra is None
 
 
-def test_assistant_with_only_tool_calls_renders_empty_string_content() -> None:
+def test_assistant_with_only_tool_calls_renders_null_content() -> None:
     msg = Message.assistant(tool_calls=[ToolCallPart(id="c", name="f", arguments="{}")])
     (d,) = to_openai(msg)
-    assert d["content"] == ""
+    assert d["content"] is None  # as providers send it; an empty text is refused by some
     assert d["tool_calls"][0]["function"] == {"name": "f", "arguments": "{}"}
 
 
@@ -97,7 +113,9 @@ def test_assistant_content_none_empty_and_absent_round_trip(content: str | None)
     msg = _roundtrip({"role": "assistant", "tool_calls": [call]})
     assert msg.extra == {OMIT_KEY: ["content"]}
     none = from_openai({"role": "assistant", "content": None, "tool_calls": [call]})
-    assert none.extra == {"content": None}
+    assert none.extra is None  # null is what a tool-call-only message renders to
+    empty = from_openai({"role": "assistant", "content": "", "tool_calls": [call]})
+    assert empty.extra == {"content": ""}
 
 
 def test_tool_messages_and_names() -> None:

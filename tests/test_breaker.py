@@ -1,0 +1,128 @@
+"""The condensation breaker: lost races are not failures, and its state lives in the log.
+
+Races are real: a second writer appends to the same session between the policy's read
+and its append, so the policy's ``expected_seq`` append meets a real ``ConflictError``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from condensers import CondensationPolicy
+from condensers.policy import CIRCUIT_FAILURE, CIRCUIT_OPEN, REQUEST_DECLINED
+from eventstore import Condensation, CondensationRequest, EventStore, Message
+from eventstore.budget import Budget
+
+
+def _budget(n: int = 8000) -> Budget:
+    return Budget(max_input_tokens=n, reserved_output=1000, buffer=400)
+
+
+def _chat(store: EventStore, sid: str, turns: int, words: int = 100) -> None:
+    evs = []
+    for i in range(turns):
+        evs.append(Message.user(f"question {i} " + "word " * words))
+        evs.append(Message.assistant(f"answer {i} " + "ok " * words))
+    store.append(sid, evs)
+
+
+class RacingStore:
+    """The store, with another writer that gets in before each conditional append."""
+
+    def __init__(self, inner: EventStore, rival: Callable[[str], Any], races: int) -> None:
+        self.inner, self.rival, self.races = inner, rival, races
+
+    def view(self, session_id: str, options: Any = None) -> Any:
+        return self.inner.view(session_id, options=options)
+
+    def append(
+        self, session_id: str, events: Sequence[Any], expected_seq: int | None = None
+    ) -> list[int]:
+        if expected_seq is not None and self.races > 0:
+            self.races -= 1
+            self.rival(session_id)
+        return self.inner.append(session_id, events, expected_seq=expected_seq)
+
+
+def _customs(store: EventStore, sid: str, name: str) -> list[Any]:
+    return [e for e in store.read(sid, kinds=["custom"]) if e.event.name == name]  # type: ignore[union-attr]
+
+
+def test_losing_to_a_writer_that_already_condensed_is_not_a_failure(store: EventStore) -> None:
+    sid = store.create_session().id
+    store.append(sid, [Message.system("You are helpful.")])
+    policy = CondensationPolicy(_budget(), max_failures=3, token_counter=store.token_counter)
+    winner = CondensationPolicy(_budget(), token_counter=store.token_counter)
+    for _ in range(3):
+        _chat(store, sid, 40)
+        racing = RacingStore(store, lambda s: winner.maybe_condense(store, s), races=1)
+        out = policy.maybe_condense(racing, sid)  # type: ignore[arg-type]
+        assert out.conflicts == 1 and not out.condensed and out.fits
+    assert not _customs(store, sid, CIRCUIT_FAILURE) and not _customs(store, sid, CIRCUIT_OPEN)
+    assert not policy.is_open(sid)
+    _chat(store, sid, 40)
+    assert policy.maybe_condense(store, sid).trigger == "threshold"  # not skipped
+
+
+def test_exhausted_races_leave_the_breaker_and_the_request_alone(store: EventStore) -> None:
+    sid = store.create_session().id
+    store.append(sid, [Message.system("You are helpful.")])
+    _chat(store, sid, 40)
+    (req,) = store.append(sid, [CondensationRequest(focus="the parser")])
+    policy = CondensationPolicy(_budget(), max_failures=3, token_counter=store.token_counter)
+    for _ in range(3):
+        # Every attempt, re-plans included, loses to a writer appending a message.
+        racing = RacingStore(
+            store, lambda s: store.append(s, [Message.user("meanwhile")]), races=100
+        )
+        out = policy.maybe_condense(racing, sid)  # type: ignore[arg-type]
+        assert out.skipped == "conflict" and not out.condensed
+        assert out.conflicts == policy.pipeline.max_conflicts + 1
+    assert not _customs(store, sid, REQUEST_DECLINED)
+    assert not _customs(store, sid, CIRCUIT_FAILURE) and not policy.is_open(sid)
+    # Once the race is over the pending request is honoured.
+    out = policy.maybe_condense(store, sid)
+    cond = store.view(sid).condensation
+    assert out.trigger == "manual" and out.condensed
+    assert cond is not None and isinstance(cond.event, Condensation)
+    assert cond.event.request_seq == req
+
+
+def _unfittable(store: EventStore) -> str:
+    """A pinned head larger than the budget: no strategy can make it fit."""
+    sid = store.create_session().id
+    store.append(sid, [Message.system("rules " * 8000), Message.user("go " * 50)])
+    store.append(sid, [Message.assistant("a " * 100) for _ in range(3)])
+    return sid
+
+
+def test_the_breaker_survives_a_new_policy_object(store: EventStore) -> None:
+    sid = _unfittable(store)
+    first = CondensationPolicy(_budget(), max_failures=3, token_counter=store.token_counter)
+    assert first.maybe_condense(store, sid).trigger == "threshold"
+    assert first.maybe_condense(store, sid).trigger == "threshold"
+    # A restart: the count so far comes from the log, and the third failure opens it.
+    second = CondensationPolicy(_budget(), max_failures=3, token_counter=store.token_counter)
+    assert second.maybe_condense(store, sid).trigger == "threshold"
+    (opened,) = _customs(store, sid, CIRCUIT_OPEN)
+    assert opened.event.data["failures"] == 3
+    third = CondensationPolicy(_budget(), max_failures=3, token_counter=store.token_counter)
+    out = third.maybe_condense(store, sid)
+    assert out.trigger is None and out.skipped == "circuit_open" and third.is_open(sid)
+    failures = [e.event.data["failures"] for e in _customs(store, sid, CIRCUIT_FAILURE)]
+    assert failures == [1, 2]
+
+
+def test_a_half_open_wait_restarts_across_policy_objects(store: EventStore) -> None:
+    sid = _unfittable(store)
+    kw: dict[str, Any] = {"max_failures": 1, "retry_after_events": 5}
+    CondensationPolicy(_budget(), token_counter=store.token_counter, **kw).maybe_condense(
+        store, sid
+    )
+    store.append(sid, [Message.assistant(f"m{i}") for i in range(5)])
+    fresh = CondensationPolicy(_budget(), token_counter=store.token_counter, **kw)
+    assert fresh.maybe_condense(store, sid).trigger == "threshold"  # half-open attempt fails
+    again = CondensationPolicy(_budget(), token_counter=store.token_counter, **kw)
+    assert again.maybe_condense(store, sid).skipped == "circuit_open"
+    assert len(_customs(store, sid, CIRCUIT_OPEN)) == 1

@@ -1,0 +1,158 @@
+"""The tool-output pruner on agent runs: protection by tokens and assistant steps, absolute
+thresholds, protected tools, failed results, capped estimates, and a pass on demand."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from condensers import CondensationPolicy, PlanContext, ToolOutputPruner
+from eventstore import AsyncEventStore, EventStore, Message, Prune, ToolCallPart
+from eventstore.budget import Budget
+
+LARGE = Budget(max_input_tokens=200_000, reserved_output=8_000)
+
+
+def call(cid: str, name: str = "bash", **args: Any) -> ToolCallPart:
+    return ToolCallPart(id=cid, name=name, arguments=json.dumps(args))
+
+
+def agent_run(
+    store: EventStore,
+    outputs: list[int],
+    *,
+    names: list[str] | None = None,
+    states: list[str] | None = None,
+) -> str:
+    """One task, then one tool step per entry of ``outputs`` (its output in tokens)."""
+    sid = store.create_session().id
+    evs = [Message.system("You are a coding agent."), Message.user("Fix the failing test.")]
+    for i, size in enumerate(outputs):
+        name = names[i] if names else "bash"
+        evs.append(Message.assistant(f"step {i}", tool_calls=[call(f"c{i}", name=name)]))
+        state = states[i] if states else "completed"
+        evs.append(
+            Message.tool(
+                f"c{i}", "y" * (4 * size), name=name, is_error=state == "error", state=state
+            )
+        )
+    store.append(sid, evs)
+    return sid
+
+
+def pruned_calls(store: EventStore, sid: str, prune: Prune) -> list[str]:
+    view = store.view(sid)
+    by_seq = {i.seq: i for i in view.items}
+    out = []
+    for ref in prune.targets:
+        part = by_seq[ref.seq].message.parts[ref.index]
+        out.append(part.tool_call_id)  # type: ignore[union-attr]
+    return sorted(out, key=lambda c: int(c[1:]))
+
+
+def plan(store: EventStore, sid: str, pruner: ToolOutputPruner, budget: Budget) -> Prune | None:
+    ctx = PlanContext(token_counter=store.token_counter)
+    proposal = pruner.plan(store.view(sid), budget, ctx)
+    if proposal is None:
+        return None
+    assert isinstance(proposal.event, Prune)
+    return proposal.event
+
+
+def test_pruner_fires_on_a_single_task_agent_run(store: EventStore) -> None:
+    # One user message, 30 steps of 2,500 tokens: counting user turns protected all of it.
+    sid = agent_run(store, [2_500] * 30)
+    prune = plan(store, sid, ToolOutputPruner(), LARGE)
+    assert prune is not None
+    # The newest 40,000 tokens (16 outputs) are kept; the 14 older ones go.
+    assert pruned_calls(store, sid, prune) == [f"c{i}" for i in range(14)]
+    assert prune.tokens_freed >= 14 * 2_400
+
+
+def test_protection_is_absolute_not_a_share_of_the_budget(store: EventStore) -> None:
+    budget = Budget(max_input_tokens=100_000)  # 30% of it would protect only 30,000
+    assert ToolOutputPruner().thresholds(budget) == (40_000, 20_000)
+    sid = agent_run(store, [5_000] * 14)
+    prune = plan(store, sid, ToolOutputPruner(), budget)
+    assert prune is not None
+    assert pruned_calls(store, sid, prune) == [f"c{i}" for i in range(6)]  # 8 x 5k kept
+
+
+def test_a_small_window_clamps_the_thresholds(store: EventStore) -> None:
+    small = Budget(max_input_tokens=8_000, reserved_output=1_000, buffer=400)  # 6,600
+    assert ToolOutputPruner().thresholds(small) == (1_980, 330)
+    sid = agent_run(store, [600] * 8)
+    prune = plan(store, sid, ToolOutputPruner(), small)
+    assert prune is not None
+    # The two newest steps (1,200) and then 1,980 tokens: the newest four are kept.
+    assert pruned_calls(store, sid, prune) == [f"c{i}" for i in range(4)]
+
+
+def test_the_newest_assistant_steps_are_protected_whatever_their_size(store: EventStore) -> None:
+    sid = agent_run(store, [30_000, 30_000, 30_000])
+    pruner = ToolOutputPruner(protect_tokens=1_000, minimum_tokens=1)
+    prune = plan(store, sid, pruner, LARGE)
+    assert prune is not None and pruned_calls(store, sid, prune) == ["c0"]
+    assert plan(store, sid, ToolOutputPruner(protect_steps=3, minimum_tokens=1), LARGE) is None
+
+
+def test_skill_and_tool_prefixed_results_are_never_pruned_by_default(store: EventStore) -> None:
+    names = ["skill", "tool-search", "bash", "tooling", "bash", "bash"]
+    sid = agent_run(store, [15_000] * 6, names=names)
+    prune = plan(store, sid, ToolOutputPruner(protect_tokens=30_000, minimum_tokens=1), LARGE)
+    assert prune is not None
+    assert pruned_calls(store, sid, prune) == ["c2", "c3"]  # not skill, not tool-*
+    custom = ToolOutputPruner(
+        protect_tokens=15_000, minimum_tokens=1, protected_tools=[], protected_prefixes=["ba"]
+    )
+    prune = plan(store, sid, custom, LARGE)
+    assert prune is not None
+    # bash is protected now; "tooling" fills the 15k; skill and tool-search go.
+    assert pruned_calls(store, sid, prune) == ["c0", "c1"]
+
+
+def test_failed_results_are_pruned_too(store: EventStore) -> None:
+    sid = agent_run(store, [25_000] * 4, states=["error", "completed", "completed", "completed"])
+    prune = plan(store, sid, ToolOutputPruner(), LARGE)
+    assert prune is not None
+    assert pruned_calls(store, sid, prune) == ["c0", "c1"]
+
+
+def test_each_part_counts_at_most_the_cap(store: EventStore) -> None:
+    # Newest output 60k tokens, then four of 10k. Protecting 80k: uncapped, the newest
+    # three would fill it; capped at 50k, four are kept.
+    sid = agent_run(store, [10_000, 10_000, 10_000, 10_000, 60_000])
+    pruner = ToolOutputPruner(protect_tokens=80_000, minimum_tokens=1, protect_steps=0)
+    prune = plan(store, sid, pruner, LARGE)
+    assert prune is not None and pruned_calls(store, sid, prune) == ["c0"]
+    uncapped = ToolOutputPruner(
+        protect_tokens=80_000, minimum_tokens=1, protect_steps=0, max_part_tokens=10**9
+    )
+    prune = plan(store, sid, uncapped, LARGE)
+    assert prune is not None and pruned_calls(store, sid, prune) == ["c0", "c1"]
+
+
+def test_maybe_prune_runs_the_pruner_below_every_threshold(store: EventStore) -> None:
+    sid = agent_run(store, [2_500] * 30)  # 75k tokens: far below 80% of 192k
+    policy = CondensationPolicy(LARGE)
+    assert policy.maybe_condense(store, sid).steps == []
+    out = policy.maybe_prune(store, sid)
+    assert [s.condenser for s in out.steps] == ["prune_tool_outputs"]
+    assert out.tokens_after < out.tokens_before
+    assert store.view(sid).tokens == out.tokens_after
+    assert policy.maybe_prune(store, sid).steps == []  # nothing new to prune
+
+
+def test_amaybe_prune_is_the_async_twin(store: EventStore) -> None:
+    sid = agent_run(store, [2_500] * 30)
+    policy = CondensationPolicy(LARGE)
+
+    async def go() -> Any:
+        astore = AsyncEventStore.from_sync(store)
+        return await policy.amaybe_prune(astore, sid)
+
+    out = asyncio.run(go())
+    assert [s.kind for s in out.steps] == ["prune"]
+    kinds = [e.kind for e in store.read(sid)]
+    assert kinds.count("prune") == 1
