@@ -1,7 +1,8 @@
 """``python -m benchmarks``: measure the store, its raw floors and its peers in one run.
 
 ``python -m benchmarks quality [--smoke]`` runs the condensation quality benchmark instead
-(see :mod:`benchmarks.quality_report`).
+(see :mod:`benchmarks.quality_report`); ``python -m benchmarks concurrency [--smoke]`` the
+concurrent-writers benchmark (see :mod:`benchmarks.concurrency`).
 
 Writes ``RESULTS.md`` and ``results.json`` (the full mode into ``benchmarks/``, the quick
 and smoke modes into ``benchmarks/<mode>-results/`` unless ``--out`` says otherwise).
@@ -178,6 +179,10 @@ def main(argv: list[str] | None = None) -> int:
         from .quality_report import main as quality_main
 
         return quality_main(argv[1:])
+    if argv[:1] == ["concurrency"]:
+        from .concurrency import main as concurrency_main
+
+        return concurrency_main(argv[1:])
     args = _parse(argv)
     if args.render:
         return _render_only(args.render, args.out)

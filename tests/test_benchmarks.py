@@ -141,3 +141,52 @@ def test_refuses_to_drop_a_database_not_named_for_benchmarks(tmp_path: Path) -> 
     proc = _run(tmp_path, "--pg-url", PG_URL, "--no-peers")
     assert proc.returncode != 0
     assert "must contain 'bench'" in proc.stderr
+
+
+def test_concurrency_smoke_reports_store_and_floor_per_writer_count(
+    tmp_path: Path, bench_pg_url: str
+) -> None:
+    out = tmp_path / "conc"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks",
+            "concurrency",
+            "--smoke",
+            "--writers",
+            "1,2",
+            "--seconds",
+            "0.5",
+            "--out",
+            str(out),
+            "--pg-url",
+            bench_pg_url,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=dict(os.environ),
+    )
+    assert done.returncode == 0, done.stderr
+    data = json.loads((out / "concurrency.json").read_text())
+    seen = {(r["backend"], r["kind"], r["writers"]) for r in data["rows"]}
+    assert seen == {
+        (b, k, n) for b in ("sqlite", "postgres") for k in ("threads", "processes") for n in (1, 2)
+    }
+    for r in data["rows"]:
+        assert r["store_appends_per_s"] > 0 and r["raw_inserts_per_s"] > 0
+    table = (out / "CONCURRENCY.md").read_text()
+    assert table.count("| postgres |") == 4 and table.count("| sqlite |") == 4
+
+
+def test_concurrency_rejects_bad_writer_counts(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "concurrency", "--writers", "0", "--no-postgres"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode != 0 and "--writers" in done.stderr
