@@ -13,7 +13,7 @@ import math
 from typing import Any
 
 from .errors import InvalidEventError
-from .events import Condensation, Custom, Event, LLMCall, Message, Prune
+from .events import Condensation, Custom, Dequeued, Event, LLMCall, Message, Prune, Queued
 
 __all__ = ["MAX_DEPTH", "MAX_COLUMN_INT", "check_references", "check_json_value", "check_event"]
 
@@ -62,6 +62,10 @@ def check_references(evt: Event, seq: int, prefix: str = "") -> None:
             if value is not None:
                 _in_range(f"{name}.{field}", value, 1, seq - 1, f"it must be {before}")
         _in_range(f"{name}.summary_tokens", evt.summary_tokens, 0, MAX_COLUMN_INT, "a token count")
+    elif isinstance(evt, Dequeued):
+        _in_range(
+            f"{prefix}dequeued.queued_seq", evt.queued_seq, 1, seq - 1, f"it must be {before}"
+        )
     elif isinstance(evt, Prune):
         for i, ref in enumerate(evt.targets):
             _in_range(f"{prefix}prune.targets[{i}].seq", ref.seq, 1, seq - 1, f"use {before}")
@@ -132,6 +136,8 @@ _FREE_FORM: dict[type, tuple[str, ...]] = {
 
 def check_event(evt: Event, prefix: str = "") -> None:
     """:func:`check_json_value` over every free-form field of ``evt``."""
+    if isinstance(evt, Queued):
+        check_event(evt.message, f"{prefix}message.")
     for name in _FREE_FORM.get(type(evt), ()):
         value = getattr(evt, name, None)
         if value is not None and not isinstance(value, (str, int, bool)):

@@ -43,6 +43,10 @@ __all__ = [
     "LLMCall",
     "Usage",
     "Custom",
+    "Queued",
+    "Dequeued",
+    "RunState",
+    "Delta",
     "Event",
     "EventKind",
     "EVENT_ADAPTER",
@@ -53,7 +57,16 @@ __all__ = [
 
 Role = Literal["system", "user", "assistant", "tool"]
 EventKind = Literal[
-    "message", "condensation", "condensation_request", "prune", "llm_call", "custom"
+    "message",
+    "condensation",
+    "condensation_request",
+    "prune",
+    "llm_call",
+    "custom",
+    "queued",
+    "dequeued",
+    "run_state",
+    "delta",
 ]
 
 
@@ -229,6 +242,9 @@ class Message(_Event):
     """Whether the original chat message used a content list rather than a string."""
     extra: dict[str, Any] | None = None
     """Chat-message fields this model has no slot for, kept so conversion is lossless."""
+    interrupted: bool | None = None
+    """Set on an assistant message whose generation was cut off (a cancelled stream or a
+    crash): the text is what had been generated so far."""
 
     @property
     def text(self) -> str:
@@ -404,8 +420,62 @@ class Custom(_Event):
     """Any JSON value."""
 
 
+class Queued(_Event):
+    """A message that arrived while the agent was busy, waiting in the session's FIFO queue
+    (see :meth:`EventStore.enqueue`). It is not part of any view until it is dequeued."""
+
+    kind: Literal["queued"] = "queued"
+    """Discriminator."""
+    message: Message
+    """The waiting message (its ``id`` and ``created_at`` are assigned on dequeue)."""
+
+
+class Dequeued(_Event):
+    """Marks the queued event at ``queued_seq`` as taken; the message itself follows as the
+    next event of the same append."""
+
+    kind: Literal["dequeued"] = "dequeued"
+    """Discriminator."""
+    queued_seq: int = Field(ge=1)
+    """The seq of the :class:`Queued` event taken."""
+
+
+class RunState(_Event):
+    """What the agent run is doing: ``idle``, ``streaming`` a reply, or ``executing_tools``."""
+
+    kind: Literal["run_state"] = "run_state"
+    """Discriminator."""
+    state: Literal["idle", "streaming", "executing_tools"]
+    """The new state."""
+    reason: str | None = None
+    """Why the state changed (``completed``, ``cancelled``, ``recovered``, ...)."""
+    stream_id: str | None = None
+    """The stream a ``streaming`` state (and its :class:`Delta` events) belongs to."""
+
+
+class Delta(_Event):
+    """A chunk of assistant text streamed so far: durable progress that the sealed message
+    supersedes. Views never show deltas."""
+
+    kind: Literal["delta"] = "delta"
+    """Discriminator."""
+    stream_id: str
+    """The stream this chunk belongs to."""
+    text: str
+    """The chunk."""
+
+
 Event = Annotated[
-    Message | Condensation | CondensationRequest | Prune | LLMCall | Custom,
+    Message
+    | Condensation
+    | CondensationRequest
+    | Prune
+    | LLMCall
+    | Custom
+    | Queued
+    | Dequeued
+    | RunState
+    | Delta,
     Field(discriminator="kind"),
 ]
 """Anything that can be appended to a session."""

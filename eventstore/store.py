@@ -46,6 +46,7 @@ from ._engine import (
     map_db_error,
     resolve_url,
 )
+from ._runtime import RuntimeMethods
 from .codec import Encoded, check_text, decode_event, encode, format_ts
 from .errors import (
     ConfigurationError,
@@ -96,7 +97,7 @@ def _describe(exc: ValidationError, index: int) -> str:
     return f"events[{index}].{loc}: {err['msg']}"
 
 
-class EventStore:
+class EventStore(RuntimeMethods):
     """A synchronous event store on SQLite or Postgres.
 
     Args:
@@ -760,6 +761,15 @@ class AsyncEventStore:
     forgotten = _streaming(EventStore.forgotten)
     record_llm_call = _awaitable(EventStore.record_llm_call)
     calibrated_tokens = _awaitable(EventStore.calibrated_tokens)
+    enqueue = _awaitable(EventStore.enqueue)
+    pending = _awaitable(EventStore.pending)
+    dequeue = _awaitable(EventStore.dequeue)
+    run_state = _awaitable(EventStore.run_state)
+    set_run_state = _awaitable(EventStore.set_run_state)
+    begin_stream = _awaitable(EventStore.begin_stream)
+    append_delta = _awaitable(EventStore.append_delta)
+    finish_stream = _awaitable(EventStore.finish_stream)
+    cancel_run = _awaitable(EventStore.cancel_run)
 
 
 # --------------------------------------------------------------------------- functions

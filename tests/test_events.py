@@ -14,12 +14,16 @@ from eventstore import (
     Condensation,
     CondensationRequest,
     Custom,
+    Delta,
+    Dequeued,
     FilePart,
     LLMCall,
     Message,
     PartRef,
     Prune,
+    Queued,
     ReasoningPart,
+    RunState,
     TextPart,
     ToolCallPart,
     ToolResultPart,
@@ -48,6 +52,13 @@ EVENT_DICTS: dict[str, tuple[dict[str, Any], type]] = {
         LLMCall,
     ),
     "custom": ({"kind": "custom", "name": "checkpoint", "data": {"x": [1, None]}}, Custom),
+    "queued": (
+        {"kind": "queued", "message": {"role": "user", "parts": [{"type": "text", "text": "q"}]}},
+        Queued,
+    ),
+    "dequeued": ({"kind": "dequeued", "queued_seq": 4}, Dequeued),
+    "run_state": ({"kind": "run_state", "state": "streaming", "stream_id": "s-1"}, RunState),
+    "delta": ({"kind": "delta", "stream_id": "s-1", "text": "chunk"}, Delta),
 }
 
 

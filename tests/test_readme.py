@@ -117,3 +117,15 @@ def test_readme_command_line_runs_as_written(
         ran
     )
     assert {"stats", "db"} <= set(ran)
+
+
+def test_readme_runtime_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    namespace: dict[str, object] = {"__name__": "readme_runtime_example"}
+    exec(compile(_example("## Queue, streaming and cancellation"), "README.md", "exec"), namespace)
+    from eventstore import EventStore
+
+    with EventStore(f"sqlite:///{tmp_path / 'runtime.db'}") as store:
+        (session,) = store.list_sessions()
+        kinds = [e.kind for e in store.read(session.id)]
+        assert kinds.count("run_state") == 4 and kinds.count("dequeued") == 1

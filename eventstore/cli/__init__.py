@@ -17,6 +17,7 @@ Modules:
 * :mod:`.sessions`: ``sessions list/show/fork``, ``verify``, ``export``, ``import``, ``stats``;
 * :mod:`.inspect`: ``log`` and ``view``;
 * :mod:`.condense`: ``condense`` and ``prune``;
+* :mod:`.runtime`: ``enqueue``, ``pending``, ``dequeue`` and ``cancel``;
 * :mod:`.demo`: ``demo`` (the replay), with :mod:`.demo_script` (the generated session)
   and :mod:`.demo_report` (its numbers, re-derived from the store, and their rendering);
 * :mod:`.serve`: ``serve``, the read-only web viewer in :mod:`.viewer` (the ``viewer`` extra).
@@ -25,7 +26,7 @@ Modules:
 from __future__ import annotations
 
 # Importing a command module registers its commands on the root group.
-from . import condense, db, demo, inspect, serve, sessions  # noqa: F401
+from . import condense, db, demo, inspect, runtime, serve, sessions  # noqa: F401
 from .root import cli, main
 
 __all__ = ["main", "cli"]

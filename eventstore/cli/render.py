@@ -90,7 +90,18 @@ def one_line(text: str, width: int = _PREVIEW) -> str:
 
 def event_preview(stored: StoredEvent) -> str:
     """One line saying what an event is."""
-    from eventstore import Condensation, CondensationRequest, Custom, LLMCall, Message, Prune
+    from eventstore import (
+        Condensation,
+        CondensationRequest,
+        Custom,
+        Delta,
+        Dequeued,
+        LLMCall,
+        Message,
+        Prune,
+        Queued,
+        RunState,
+    )
 
     evt = stored.event
     if isinstance(evt, Message):
@@ -141,6 +152,15 @@ def event_preview(stored: StoredEvent) -> str:
         return f"requested by {evt.requested_by or '?'}: {evt.focus or '(no focus)'}"
     if isinstance(evt, Custom):
         return f"{evt.name}: {one_line(json.dumps(evt.data, ensure_ascii=False), 100)}"
+    if isinstance(evt, Queued):
+        return f"queued: {one_line(evt.message.text, 100)}"
+    if isinstance(evt, Dequeued):
+        return f"took the message queued at seq {evt.queued_seq}"
+    if isinstance(evt, RunState):
+        why = f" ({evt.reason})" if evt.reason else ""
+        return f"run {evt.state}{why}"
+    if isinstance(evt, Delta):
+        return f"stream {evt.stream_id[:8]}: {one_line(evt.text, 80)}"
     return stored.kind
 
 

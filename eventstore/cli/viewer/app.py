@@ -29,7 +29,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, get_args
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -39,6 +39,8 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 from starlette.types import ASGIApp, Receive, Scope, Send
+
+from eventstore.events import EventKind
 
 from ..render import event_preview, event_role, one_line, time_str
 from .charts import token_chart
@@ -50,7 +52,8 @@ if TYPE_CHECKING:
 HERE = Path(__file__).resolve().parent
 PAGE_SIZE = 100
 SESSIONS_PAGE = 100
-KINDS = ["message", "condensation", "condensation_request", "prune", "llm_call", "custom"]
+#: Every event kind, for the log's filter (the union's discriminators, in declaration order).
+KINDS: list[str] = list(get_args(EventKind))
 
 
 class _GetOnly:
