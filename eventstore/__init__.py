@@ -42,7 +42,7 @@ if TYPE_CHECKING:
         Usage,
         decode_tool_output,
     )
-    from .records import AppendResult, Session, StoredEvent, VerifyReport
+    from .records import AppendResult, Session, StoredEvent, TailItem, VerifyReport
     from .store import AsyncEventStore, EventStore, calibrated_tokens, record_llm_call
     from .tokens import HeuristicTokenCounter, LiteLLMTokenCounter, TokenCounter
     from .views import View, ViewItem, ViewOptions, fingerprint
@@ -85,6 +85,7 @@ _LAZY: dict[str, str] = {
     "StorageBusyError": "errors",
     "StorageError": "errors",
     "StoredEvent": "records",
+    "TailItem": "records",
     "TextPart": "events",
     "TokenCounter": "tokens",
     "ToolCallPart": "events",
@@ -138,6 +139,7 @@ __all__ = [
     "StorageBusyError",
     "StorageError",
     "StoredEvent",
+    "TailItem",
     "TextPart",
     "TokenCounter",
     "ToolCallPart",

@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from .events import Event
 
-__all__ = ["Session", "StoredEvent", "VerifyReport", "AppendResult"]
+__all__ = ["Session", "StoredEvent", "VerifyReport", "AppendResult", "TailItem"]
 
 
 class Session(BaseModel):
@@ -109,3 +109,20 @@ class VerifyReport(BaseModel):
     """Seq whose hash equals the ``head_hash`` that was passed in, if any."""
     sealed_seq: int | None = None
     """Newest seq covered by a seal that matches the ``key`` passed in, if any."""
+
+
+class TailItem(BaseModel):
+    """An event seen through the tenant's feed (:meth:`EventStore.tail`)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    position: int
+    """The event's place in the tenant's feed: dense, increasing in commit order. Store
+    the last one handled and pass it back as ``after`` to resume."""
+    stored: StoredEvent
+    """The event, as :meth:`EventStore.read` returns it."""
+
+    @property
+    def session_id(self) -> str:
+        """The session the event was appended to."""
+        return self.stored.session_id

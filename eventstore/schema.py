@@ -33,13 +33,17 @@ __all__ = [
     "events",
     "parts",
     "fork_compactions",
+    "feed",
+    "feed_pending",
     "SCHEMA_REVISION",
     "trigger_ddl",
     "drop_trigger_ddl",
+    "feed_trigger_ddl",
+    "drop_feed_trigger_ddl",
 ]
 
 #: The Alembic revision this code expects. A test asserts it equals the migration head.
-SCHEMA_REVISION = "0002"
+SCHEMA_REVISION = "0003"
 
 NAMING_CONVENTION = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -148,6 +152,93 @@ fork_compactions = Table(
     PrimaryKeyConstraint("session_id", "seq", "idx"),
     ForeignKeyConstraint(["session_id"], ["sessions.id"]),
 )
+
+# The tenant's feed: every append's seq range gets a range of positions in one ordered
+# sequence per tenant (``position_start..position_end``, dense, one position per event),
+# so a follower can read "everything after position P" across sessions and never skip an
+# event. Positions are assigned in commit order: on SQLite by a trigger (writers hold the
+# database lock until commit, so the order of assignment is the order of commits); on
+# Postgres a trigger only queues the range in ``feed_pending``, and a reader of the feed
+# moves committed ranges into ``feed`` under a per-tenant advisory lock (see
+# ``eventstore._feed``): a range is numbered only once it is visible, so a transaction
+# that commits late can never receive a position below one a follower already passed.
+feed = Table(
+    "feed",
+    metadata,
+    Column("tenant", String(255), nullable=False),
+    Column("position_start", BigInteger, nullable=False),
+    Column("position_end", BigInteger, nullable=False),
+    Column("session_id", String(36), nullable=False),
+    Column("from_seq", Integer, nullable=False),
+    Column("to_seq", Integer, nullable=False),
+    PrimaryKeyConstraint("tenant", "position_start"),
+    Index(None, "tenant", "position_end"),
+    Index(None, "session_id", "position_end"),
+)
+
+feed_pending = Table(
+    "feed_pending",
+    metadata,
+    Column("session_id", String(36), nullable=False),
+    Column("from_seq", Integer, nullable=False),
+    Column("to_seq", Integer, nullable=False),
+    Column("tenant", String(255), nullable=False),
+    # When the append happened: pending ranges are numbered in this order.
+    Column("queued_at", UTCDateTime, nullable=False),
+    PrimaryKeyConstraint("session_id", "from_seq"),
+    Index(None, "tenant"),
+)
+
+_SQLITE_FEED_TRIGGERS = [
+    (
+        "sessions_feed",
+        """CREATE TRIGGER sessions_feed AFTER UPDATE OF head_seq ON sessions
+WHEN NEW.head_seq > OLD.head_seq
+BEGIN
+    INSERT INTO feed (tenant, position_start, position_end, session_id, from_seq, to_seq)
+    SELECT NEW.tenant, base + 1, base + NEW.head_seq - OLD.head_seq, NEW.id,
+           OLD.head_seq + 1, NEW.head_seq
+    FROM (SELECT coalesce(max(position_end), 0) AS base FROM feed WHERE tenant = NEW.tenant);
+END""",
+    ),
+]
+
+_PG_FEED_FUNCTION = """CREATE OR REPLACE FUNCTION eventstore_feed_pending() RETURNS trigger AS $$
+BEGIN
+    INSERT INTO feed_pending (session_id, from_seq, to_seq, tenant, queued_at)
+    VALUES (NEW.id, OLD.head_seq + 1, NEW.head_seq, NEW.tenant, clock_timestamp());
+    RETURN NULL;
+END;
+$$ LANGUAGE plpgsql"""
+
+_PG_FEED_TRIGGERS = [
+    (
+        "sessions_feed",
+        "sessions",
+        """CREATE TRIGGER sessions_feed AFTER UPDATE OF head_seq ON sessions
+FOR EACH ROW WHEN (NEW.head_seq > OLD.head_seq) EXECUTE FUNCTION eventstore_feed_pending()""",
+    ),
+]
+
+
+def feed_trigger_ddl(dialect: str) -> list[str]:
+    """DDL that installs the trigger feeding the tenant feed for ``dialect``."""
+    if dialect == "sqlite":
+        return [sql for _, sql in _SQLITE_FEED_TRIGGERS]
+    if dialect == "postgresql":
+        return [_PG_FEED_FUNCTION] + [sql for _, _, sql in _PG_FEED_TRIGGERS]
+    raise ValueError(f"unsupported dialect {dialect!r}")
+
+
+def drop_feed_trigger_ddl(dialect: str) -> list[str]:
+    """DDL that removes the feed trigger (used by downgrades)."""
+    if dialect == "sqlite":
+        return [f"DROP TRIGGER IF EXISTS {name}" for name, _ in _SQLITE_FEED_TRIGGERS]
+    if dialect == "postgresql":
+        return [
+            f"DROP TRIGGER IF EXISTS {name} ON {table}" for name, table, _ in _PG_FEED_TRIGGERS
+        ] + ["DROP FUNCTION IF EXISTS eventstore_feed_pending()"]
+    raise ValueError(f"unsupported dialect {dialect!r}")
 
 
 _SQLITE_TRIGGERS = [

@@ -46,6 +46,7 @@ from ._engine import (
     map_db_error,
     resolve_url,
 )
+from ._feed import FeedMethods, afollow
 from ._runtime import RuntimeMethods
 from .codec import Encoded, check_text, decode_event, encode, format_ts
 from .errors import (
@@ -97,7 +98,7 @@ def _describe(exc: ValidationError, index: int) -> str:
     return f"events[{index}].{loc}: {err['msg']}"
 
 
-class EventStore(RuntimeMethods):
+class EventStore(RuntimeMethods, FeedMethods):
     """A synchronous event store on SQLite or Postgres.
 
     Args:
@@ -770,6 +771,10 @@ class AsyncEventStore:
     append_delta = _awaitable(EventStore.append_delta)
     finish_stream = _awaitable(EventStore.finish_stream)
     cancel_run = _awaitable(EventStore.cancel_run)
+    feed_position = _awaitable(EventStore.feed_position)
+    tail = _streaming(EventStore.tail)
+
+    follow = afollow
 
 
 # --------------------------------------------------------------------------- functions

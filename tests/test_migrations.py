@@ -22,11 +22,18 @@ from sqlalchemy.engine import Connection, Engine
 
 from eventstore import EventStore, Message, SchemaError
 from eventstore.migrate import check, current_revision, downgrade, script_location, upgrade
-from eventstore.schema import SCHEMA_REVISION, drop_trigger_ddl, metadata, trigger_ddl
+from eventstore.schema import (
+    SCHEMA_REVISION,
+    drop_feed_trigger_ddl,
+    drop_trigger_ddl,
+    feed_trigger_ddl,
+    metadata,
+    trigger_ddl,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 VERSIONS = ROOT / "migrations" / "versions"
-TABLES = {"sessions", "events", "parts", "fork_compactions"}
+TABLES = {"sessions", "events", "parts", "fork_compactions", "feed", "feed_pending"}
 SQLITE_TRIGGERS = {
     "events_append_only_update",
     "events_append_only_delete",
@@ -34,6 +41,7 @@ SQLITE_TRIGGERS = {
     "parts_compact_once",
     "fork_compactions_append_only_update",
     "fork_compactions_append_only_delete",
+    "sessions_feed",
 }
 PG_TRIGGERS = {
     "events_append_only",
@@ -42,6 +50,7 @@ PG_TRIGGERS = {
     "parts_no_truncate",
     "parts_compact_once",
     "fork_compactions_append_only",
+    "sessions_feed",
 }
 
 
@@ -205,6 +214,14 @@ def _guards(conn: Connection) -> dict[str, str]:
     return {name: definition for name, definition in conn.execute(text(sql))}
 
 
+@pytest.mark.parametrize("dialect", ["sqlite", "postgresql"])
+def test_feed_migration_trigger_equals_the_live_schema(dialect: str) -> None:
+    """Revision 0003's frozen feed trigger is what ``eventstore.schema`` produces today."""
+    migration = _load_migration(VERSIONS / "0003_feed.py")
+    assert migration._feed_trigger_ddl(dialect) == feed_trigger_ddl(dialect)
+    assert migration._drop_feed_trigger_ddl(dialect) == drop_feed_trigger_ddl(dialect)
+
+
 def test_migrated_database_has_the_live_schema_guards(empty_url: str) -> None:
     """The guards the migrations install are, as the database stores them, the ones the
     live ``trigger_ddl`` would install: replacing one set with the other changes nothing."""
@@ -214,11 +231,12 @@ def test_migrated_database_has_the_live_schema_guards(empty_url: str) -> None:
         with engine.connect() as conn:
             migrated = _guards(conn)
         assert migrated, "the migrations installed no guards"
+        name = engine.dialect.name
         with engine.begin() as conn:
-            for statement in drop_trigger_ddl(engine.dialect.name):
+            for statement in drop_trigger_ddl(name) + drop_feed_trigger_ddl(name):
                 conn.execute(text(statement))
-            assert _guards(conn) == {}, "the live drop_trigger_ddl left guards behind"
-            for statement in trigger_ddl(engine.dialect.name):
+            assert _guards(conn) == {}, "the live drop DDL left guards behind"
+            for statement in trigger_ddl(name) + feed_trigger_ddl(name):
                 conn.execute(text(statement))
         with engine.connect() as conn:
             live = _guards(conn)
@@ -429,7 +447,7 @@ def test_batch_digest_migration_keeps_data_and_old_keys(empty_url: str) -> None:
         downgrade(engine, "0001")
         assert current_revision(engine) == "0001"
         assert "batch_digest" not in _columns(engine, "events")
-        assert _triggers(engine) == _expected_triggers(engine)
+        assert _triggers(engine) == _expected_triggers(engine) - {"sessions_feed"}
         upgrade(engine)
         assert check(engine) == []
         assert _triggers(engine) == _expected_triggers(engine)
@@ -440,6 +458,9 @@ def test_batch_digest_migration_keeps_data_and_old_keys(empty_url: str) -> None:
     with EventStore(empty_url, tenant="legacy", upgrade=False) as store:
         from eventstore import Custom, IdempotencyMismatchError
 
+        # Events stored before the feed existed were numbered by the upgrade.
+        assert [(i.session_id, i.stored.seq, i.position) for i in store.tail()] == [("old", 1, 1)]
+
         # No digest was stored with the old key: compared by batch size, as before.
         again = store.append_result("old", [Custom(name="y")], idempotency_key="k-old")
         assert again.replayed and again.seqs == [1]
@@ -447,6 +468,7 @@ def test_batch_digest_migration_keeps_data_and_old_keys(empty_url: str) -> None:
             store.append("old", [Custom(name="y"), Custom(name="z")], idempotency_key="k-old")
         # A new key gets a digest and is compared by content.
         store.append("old", [Custom(name="a")], idempotency_key="k-new")
+        assert [(i.stored.seq, i.position) for i in store.tail(after=1)] == [(2, 2)]
         with pytest.raises(IdempotencyMismatchError):
             store.append("old", [Custom(name="b")], idempotency_key="k-new")
         with pytest.raises(Exception, match="append-only"):

@@ -129,3 +129,12 @@ def test_readme_runtime_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyP
         (session,) = store.list_sessions()
         kinds = [e.kind for e in store.read(session.id)]
         assert kinds.count("run_state") == 4 and kinds.count("dequeued") == 1
+
+
+def test_readme_feed_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    monkeypatch.chdir(tmp_path)
+    namespace: dict[str, object] = {"__name__": "readme_feed_example"}
+    exec(compile(_example("## Live tail and listeners"), "README.md", "exec"), namespace)
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in lines] == ["1", "2"]
+    assert lines[1].endswith("second")

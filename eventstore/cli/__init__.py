@@ -17,7 +17,7 @@ Modules:
 * :mod:`.sessions`: ``sessions list/show/fork``, ``verify``, ``export``, ``import``, ``stats``;
 * :mod:`.inspect`: ``log`` and ``view``;
 * :mod:`.condense`: ``condense`` and ``prune``;
-* :mod:`.runtime`: ``enqueue``, ``pending``, ``dequeue`` and ``cancel``;
+* :mod:`.runtime`: ``enqueue``, ``pending``, ``dequeue``, ``cancel`` and ``tail``;
 * :mod:`.demo`: ``demo`` (the replay), with :mod:`.demo_script` (the generated session)
   and :mod:`.demo_report` (its numbers, re-derived from the store, and their rendering);
 * :mod:`.serve`: ``serve``, the read-only web viewer in :mod:`.viewer` (the ``viewer`` extra).

@@ -92,3 +92,59 @@ def cancel_cmd(state: State, session: str, reason: str, as_json: bool) -> None:
         click.echo("the run is idle; nothing to cancel")
         return
     click.echo(f"cancelled a {before} run: recorded seqs {seqs[0]}..{seqs[-1]}")
+
+
+@cli.command("tail")
+@click.option("--session", "session", default=None, help="Only this session's events.")
+@click.option(
+    "--after", type=int, default=0, show_default=True, help="Feed position to resume after."
+)
+@click.option("-f", "--follow", is_flag=True, help="Keep waiting for new events (Ctrl-C stops).")
+@click.option(
+    "--idle-timeout",
+    type=float,
+    default=None,
+    help="With --follow: stop after this many seconds without a new event.",
+)
+@click.option(
+    "--json", "as_json", is_flag=True, help="One JSON object per line (with its position)."
+)
+@db_option
+@pass_state
+def tail_cmd(
+    state: State,
+    session: str | None,
+    after: int,
+    follow: bool,
+    idle_timeout: float | None,
+    as_json: bool,
+) -> None:
+    """The tenant's events in commit order, across sessions (a live log with --follow).
+
+    Each line starts with the event's feed position: pass the last one to --after to
+    resume where you stopped.
+    """
+    import json
+
+    from .render import event_preview, event_role
+
+    store = state.store()
+    sid = resolve_session(store, session).id if session else None
+    items = (
+        store.follow(after, session_id=sid, idle_timeout=idle_timeout)
+        if follow
+        else store.tail(after, session_id=sid)
+    )
+    try:
+        for item in items:
+            e = item.stored
+            if as_json:
+                line = {"position": item.position, "session_id": item.session_id}
+                click.echo(json.dumps({**line, **event_dict(e)}, ensure_ascii=False))
+            else:
+                click.echo(
+                    f"{item.position:>8}  {item.session_id[:8]}  {e.seq:>6}  "
+                    f"{time_str(e.created_at)}  {e.kind:<12} {event_role(e):<9} {event_preview(e)}",
+                )
+    except KeyboardInterrupt:
+        return

@@ -1,0 +1,270 @@
+"""The tenant feed: every event of a tenant in one commit-ordered sequence, for live tails.
+
+A follower reads "every event after position P" across all of a tenant's sessions and
+must never skip one. The classic trap is a transaction that takes a position, commits
+late, and lands *below* a position a follower has already passed. Here no append takes a
+position at all (there is no tenant-wide lock or counter on the append path):
+
+* a trigger on ``sessions`` records each append's seq range when the head moves;
+* on SQLite that trigger numbers the range at once (``max(position_end) + 1``): SQLite
+  writers hold the database lock until they commit, so numbering order is commit order;
+* on Postgres the trigger only queues the range in ``feed_pending``, with the time of the
+  append. A reader of the feed first moves the queued ranges into ``feed``, numbering
+  them in the order of those times, under a per-tenant advisory lock (:func:`sequence`).
+  It can only see committed ranges, and every later run numbers above it, so a range that
+  commits late simply gets a later position than the ones already read.
+
+Positions are dense per tenant (one per event, no gaps), so ``after`` is all a follower
+has to remember. :meth:`FeedMethods.tail` returns what is there now; :meth:`follow` keeps
+waiting for more, polling with backoff (new events wake it within ``poll_max`` seconds).
+Postgres ``NOTIFY`` is deliberately not used on the append path: it takes a database-wide
+lock at commit, which would serialize every writer of every tenant.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import zlib
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+
+from sqlalchemy import func, select, text, tuple_
+from sqlalchemy.engine import Connection
+
+from . import _sql
+from .errors import InvalidEventError
+from .records import Session, TailItem
+from .schema import events, feed, feed_pending
+
+__all__ = ["FeedMethods", "Backoff", "TAIL_PAGE", "afollow", "sequence", "tail_page"]
+
+T = TypeVar("T")
+
+#: Events per page a tail reads at once.
+TAIL_PAGE = 500
+
+_FEED_LOCK = text("SELECT pg_advisory_xact_lock(:key)")
+_NUMBER_PENDING = text(
+    """
+WITH moved AS (
+    DELETE FROM feed_pending WHERE tenant = :tenant
+    RETURNING session_id, from_seq, to_seq, queued_at
+), base AS (
+    SELECT coalesce(max(position_end), 0) AS b FROM feed WHERE tenant = :tenant
+), numbered AS (
+    SELECT session_id, from_seq, to_seq,
+           sum(to_seq - from_seq + 1) OVER (ORDER BY queued_at, session_id, from_seq) AS upto
+    FROM moved
+)
+INSERT INTO feed (tenant, position_start, position_end, session_id, from_seq, to_seq)
+SELECT :tenant, b + upto - (to_seq - from_seq), b + upto, session_id, from_seq, to_seq
+FROM numbered, base
+"""
+)
+
+
+def _lock_key(tenant: str) -> int:
+    # A stable 63-bit key per tenant (advisory locks take a bigint).
+    return zlib.crc32(b"eventstore-feed:" + tenant.encode("utf-8", "surrogatepass")) | (1 << 40)
+
+
+def has_pending(conn: Connection, tenant: str) -> bool:
+    """Whether committed ranges wait to be numbered (always ``False`` on SQLite)."""
+    if conn.dialect.name != "postgresql":
+        return False
+    q = select(feed_pending.c.session_id).where(feed_pending.c.tenant == tenant).limit(1)
+    return conn.execute(q).first() is not None
+
+
+def sequence(conn: Connection, tenant: str) -> None:
+    """Number the tenant's committed, queued ranges (Postgres; a no-op on SQLite).
+
+    Runs in its own write transaction under the tenant's advisory lock, so two readers
+    never number the same range or interleave their positions.
+    """
+    if conn.dialect.name != "postgresql":
+        return
+    conn.execute(_FEED_LOCK, {"key": _lock_key(tenant)})
+    conn.execute(_NUMBER_PENDING, {"tenant": tenant})
+
+
+def tail_page(
+    conn: Connection, tenant: str, session_id: str | None, after: int, limit: int
+) -> list[TailItem]:
+    """Up to ``limit`` events with position ``> after``, in position order."""
+    q = select(feed).where(feed.c.tenant == tenant, feed.c.position_end > after)
+    if session_id is not None:
+        q = q.where(feed.c.session_id == session_id)
+    ranges = list(conn.execute(q.order_by(feed.c.position_end).limit(limit)))
+    wanted: list[tuple[str, int]] = []
+    position: dict[tuple[str, int], int] = {}
+    for r in ranges:
+        first = r.from_seq + max(0, after + 1 - r.position_start)
+        for seq in range(first, r.to_seq + 1):
+            if len(wanted) >= limit:
+                break
+            wanted.append((r.session_id, seq))
+            position[(r.session_id, seq)] = r.position_start + seq - r.from_seq
+    if not wanted:
+        return []
+    rows = conn.execute(
+        select(events.c.session_id, *_sql._EVENT_COLS).where(
+            tuple_(events.c.session_id, events.c.seq).in_(wanted)
+        )
+    )
+    items = [
+        TailItem(
+            position=position[(row.session_id, row.seq)],
+            stored=_sql.row_to_stored(row, row.session_id),
+        )
+        for row in rows
+    ]
+    items.sort(key=lambda i: i.position)
+    return items
+
+
+def last_position(conn: Connection, tenant: str) -> int:
+    """The tenant's newest numbered position (0 when the feed is empty)."""
+    q = select(func.max(feed.c.position_end)).where(feed.c.tenant == tenant)
+    return int(conn.execute(q).scalar() or 0)
+
+
+class Backoff:
+    """The waiting rule of :meth:`FeedMethods.follow`, shared by the sync and async store:
+    10 ms doubling to ``poll_max`` while idle, reset by news, ended by ``idle_timeout``."""
+
+    def __init__(self, poll_max: float, idle_timeout: float | None) -> None:
+        if poll_max <= 0 or (idle_timeout is not None and idle_timeout < 0):
+            raise InvalidEventError("poll_max must be > 0 and idle_timeout >= 0 (or None)")
+        self.poll_max = poll_max
+        self.idle_timeout = idle_timeout
+        self.delay = 0.01
+        self.idle_since = time.monotonic()
+
+    def news(self) -> None:
+        self.delay = 0.01
+        self.idle_since = time.monotonic()
+
+    def next_wait(self) -> float | None:
+        """Seconds to sleep before the next poll, or ``None`` to stop."""
+        now = time.monotonic()
+        if self.idle_timeout is not None and now - self.idle_since >= self.idle_timeout:
+            return None
+        wait = min(self.delay, self.poll_max)
+        self.delay = min(self.delay * 2, self.poll_max)
+        return wait
+
+
+class FeedMethods:
+    """Tail and follow methods shared by :class:`~eventstore.EventStore` (see the module
+    docstring)."""
+
+    if TYPE_CHECKING:
+        tenant: str
+        dialect: str
+
+        def _run(self, fn: Callable[..., T], *args: Any, write: bool = False, **kw: Any) -> T: ...
+
+        def get_session(self, session_id: str) -> Session: ...
+
+    def _tail_page(self, session_id: str | None, after: int, limit: int) -> list[TailItem]:
+        if self.dialect == "postgresql" and self._run(has_pending, self.tenant):
+            self._run(sequence, self.tenant, write=True)
+        return self._run(tail_page, self.tenant, session_id, after, limit)
+
+    def _check_tail(self, after: int, session_id: str | None) -> None:
+        if isinstance(after, bool) or not isinstance(after, int) or not 0 <= after < 2**63:
+            raise InvalidEventError(f"after: {after!r} is not a feed position (an int >= 0)")
+        if session_id is not None:
+            self.get_session(session_id)  # NotFoundError for another tenant's id
+
+    def feed_position(self) -> int:
+        """The tenant's newest feed position: pass it to :meth:`follow` to see only what
+        is appended from now on."""
+        if self.dialect == "postgresql" and self._run(has_pending, self.tenant):
+            self._run(sequence, self.tenant, write=True)
+        return self._run(last_position, self.tenant)
+
+    def tail(
+        self, after: int = 0, *, session_id: str | None = None, limit: int | None = None
+    ) -> Iterator[TailItem]:
+        """The tenant's events after feed position ``after``, in commit order, up to what
+        is committed now (then the iterator ends; :meth:`follow` waits for more).
+
+        Args:
+            after: The last position already handled (0: from the beginning).
+            session_id: Only this session's events (positions stay tenant-wide).
+            limit: At most this many events.
+        """
+        self._check_tail(after, session_id)
+        left = limit
+        while left is None or left > 0:
+            want = TAIL_PAGE if left is None else min(TAIL_PAGE, left)
+            page = self._tail_page(session_id, after, want)
+            yield from page
+            if len(page) < want:
+                return
+            after = page[-1].position
+            if left is not None:
+                left -= len(page)
+
+    def follow(
+        self,
+        after: int = 0,
+        *,
+        session_id: str | None = None,
+        poll_max: float = 0.5,
+        idle_timeout: float | None = None,
+    ) -> Iterator[TailItem]:
+        """Like :meth:`tail`, but keeps waiting for new events (a live tail).
+
+        It polls with backoff, from 10 ms up to ``poll_max`` seconds while nothing comes.
+        With ``idle_timeout`` it ends after that many seconds without a new event;
+        otherwise it runs until the caller stops iterating. Resume after a restart by
+        passing the last position handled as ``after``.
+        """
+        self._check_tail(after, session_id)
+        backoff = Backoff(poll_max, idle_timeout)
+        while True:
+            page = self._tail_page(session_id, after, TAIL_PAGE)
+            if page:
+                yield from page
+                after = page[-1].position
+                backoff.news()
+                continue
+            wait = backoff.next_wait()
+            if wait is None:
+                return
+            time.sleep(wait)
+
+
+class _AsyncFace(Protocol):
+    @property
+    def sync(self) -> FeedMethods: ...
+
+
+async def afollow(
+    self: _AsyncFace,
+    after: int = 0,
+    *,
+    session_id: str | None = None,
+    poll_max: float = 0.5,
+    idle_timeout: float | None = None,
+) -> AsyncIterator[TailItem]:
+    """Like :meth:`EventStore.follow`: a live tail that waits with ``asyncio.sleep``
+    between polls, holding no worker thread while idle (``AsyncEventStore.follow``)."""
+    await asyncio.to_thread(self.sync._check_tail, after, session_id)
+    backoff = Backoff(poll_max, idle_timeout)
+    while True:
+        page = await asyncio.to_thread(self.sync._tail_page, session_id, after, TAIL_PAGE)
+        if page:
+            for item in page:
+                yield item
+            after = page[-1].position
+            backoff.news()
+            continue
+        wait = backoff.next_wait()
+        if wait is None:
+            return
+        await asyncio.sleep(wait)
