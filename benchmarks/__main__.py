@@ -2,7 +2,8 @@
 
 ``python -m benchmarks quality [--smoke]`` runs the condensation quality benchmark instead
 (see :mod:`benchmarks.quality_report`); ``python -m benchmarks concurrency [--smoke]`` the
-concurrent-writers benchmark (see :mod:`benchmarks.concurrency`).
+concurrent-writers benchmark (see :mod:`benchmarks.concurrency`); ``python -m benchmarks
+search [--smoke]`` full-text search over one long session (see :mod:`benchmarks.search`).
 
 Writes ``RESULTS.md`` and ``results.json`` (the full mode into ``benchmarks/``, the quick
 and smoke modes into ``benchmarks/<mode>-results/`` unless ``--out`` says otherwise).
@@ -183,6 +184,10 @@ def main(argv: list[str] | None = None) -> int:
         from .concurrency import main as concurrency_main
 
         return concurrency_main(argv[1:])
+    if argv[:1] == ["search"]:
+        from .search import main as search_main
+
+        return search_main(argv[1:])
     args = _parse(argv)
     if args.render:
         return _render_only(args.render, args.out)

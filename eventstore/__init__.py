@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from ._search import SearchHit
     from .budget import Budget
     from .errors import (
         BudgetError,
@@ -81,6 +82,7 @@ _LAZY: dict[str, str] = {
     "ReasoningPart": "events",
     "RunState": "events",
     "SchemaError": "errors",
+    "SearchHit": "_search",
     "Session": "records",
     "StorageBusyError": "errors",
     "StorageError": "errors",
@@ -135,6 +137,7 @@ __all__ = [
     "ReasoningPart",
     "RunState",
     "SchemaError",
+    "SearchHit",
     "Session",
     "StorageBusyError",
     "StorageError",

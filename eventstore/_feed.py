@@ -168,9 +168,12 @@ class FeedMethods:
 
         def get_session(self, session_id: str) -> Session: ...
 
-    def _tail_page(self, session_id: str | None, after: int, limit: int) -> list[TailItem]:
+    def _sequence_feed(self) -> None:
         if self.dialect == "postgresql" and self._run(has_pending, self.tenant):
             self._run(sequence, self.tenant, write=True)
+
+    def _tail_page(self, session_id: str | None, after: int, limit: int) -> list[TailItem]:
+        self._sequence_feed()
         return self._run(tail_page, self.tenant, session_id, after, limit)
 
     def _check_tail(self, after: int, session_id: str | None) -> None:
@@ -182,8 +185,7 @@ class FeedMethods:
     def feed_position(self) -> int:
         """The tenant's newest feed position: pass it to :meth:`follow` to see only what
         is appended from now on."""
-        if self.dialect == "postgresql" and self._run(has_pending, self.tenant):
-            self._run(sequence, self.tenant, write=True)
+        self._sequence_feed()
         return self._run(last_position, self.tenant)
 
     def tail(

@@ -35,6 +35,8 @@ __all__ = [
     "fork_compactions",
     "feed",
     "feed_pending",
+    "search_progress",
+    "NATIVE_SEARCH_TABLES",
     "SCHEMA_REVISION",
     "trigger_ddl",
     "drop_trigger_ddl",
@@ -43,7 +45,7 @@ __all__ = [
 ]
 
 #: The Alembic revision this code expects. A test asserts it equals the migration head.
-SCHEMA_REVISION = "0003"
+SCHEMA_REVISION = "0004"
 
 NAMING_CONVENTION = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -188,6 +190,21 @@ feed_pending = Table(
     PrimaryKeyConstraint("session_id", "from_seq"),
     Index(None, "tenant"),
 )
+
+# How far the tenant's full-text index has followed the feed. The index itself is native to
+# each backend (an FTS5 table on SQLite, a tsvector table on Postgres) and created by
+# migration 0004 outside this metadata; ``NATIVE_SEARCH_TABLES`` names what it adds.
+search_progress = Table(
+    "search_progress",
+    metadata,
+    Column("tenant", String(255), nullable=False),
+    Column("position", BigInteger, nullable=False),
+    PrimaryKeyConstraint("tenant"),
+)
+
+#: Tables of the native search index, by dialect (SQLite's FTS5 adds shadow tables
+#: named after it).
+NATIVE_SEARCH_TABLES = {"sqlite": "search_fts", "postgresql": "search_docs"}
 
 _SQLITE_FEED_TRIGGERS = [
     (

@@ -48,6 +48,7 @@ from ._engine import (
 )
 from ._feed import FeedMethods, afollow
 from ._runtime import RuntimeMethods
+from ._search import SearchMethods
 from .codec import Encoded, check_text, decode_event, encode, format_ts
 from .errors import (
     ConfigurationError,
@@ -98,7 +99,7 @@ def _describe(exc: ValidationError, index: int) -> str:
     return f"events[{index}].{loc}: {err['msg']}"
 
 
-class EventStore(RuntimeMethods, FeedMethods):
+class EventStore(RuntimeMethods, FeedMethods, SearchMethods):
     """A synchronous event store on SQLite or Postgres.
 
     Args:
@@ -775,6 +776,8 @@ class AsyncEventStore:
     tail = _streaming(EventStore.tail)
 
     follow = afollow
+    index_search = _awaitable(EventStore.index_search)
+    search = _awaitable(EventStore.search)
 
 
 # --------------------------------------------------------------------------- functions

@@ -190,3 +190,39 @@ def test_concurrency_rejects_bad_writer_counts(tmp_path: Path) -> None:
         timeout=60,
     )
     assert done.returncode != 0 and "--writers" in done.stderr
+
+
+def test_search_smoke_finds_the_pruned_phrase_on_both_backends(
+    tmp_path: Path, bench_pg_url: str
+) -> None:
+    out = tmp_path / "search"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks",
+            "search",
+            "--smoke",
+            "--events",
+            "600",
+            "--repeat",
+            "2",
+            "--out",
+            str(out),
+            "--pg-url",
+            bench_pg_url,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ),
+    )
+    assert done.returncode == 0, done.stderr
+    data = json.loads((out / "search.json").read_text())
+    assert [r["backend"] for r in data["results"]] == ["sqlite", "postgres"]
+    for r in data["results"]:
+        assert r["found_pruned_phrase"] and r["indexed"] == 601
+        assert {q["hits"] for q in r["queries"][:2]} == {1}
+        assert all(q["median_ms"] > 0 for q in r["queries"])
+    assert (out / "SEARCH.md").read_text().count("| postgres |") == 4

@@ -148,3 +148,32 @@ def tail_cmd(
                 )
     except KeyboardInterrupt:
         return
+
+
+@cli.command("search")
+@click.argument("query")
+@click.option("--session", "session", default=None, help="Only this session's history.")
+@click.option("-n", "--limit", default=20, show_default=True, help="Hits per page.")
+@click.option("--offset", default=0, show_default=True, help="Hits to skip (next page).")
+@json_option
+@db_option
+@pass_state
+def search_cmd(
+    state: State, query: str, session: str | None, limit: int, offset: int, as_json: bool
+) -> None:
+    """Full-text search over the tenant's history, pruned and condensed events included.
+
+    QUERY is words (all must occur) and "quoted phrases". Indexes what is new first.
+    """
+    store = state.store()
+    sid = resolve_session(store, session).id if session else None
+    hits = store.search(query, session_id=sid, limit=limit, offset=offset)
+    if as_json:
+        emit_json([h.model_dump() for h in hits])
+        return
+    if not hits:
+        click.echo("no matches")
+        return
+    for h in hits:
+        who = h.role or h.kind
+        click.echo(f"{h.session_id[:8]}  {h.seq:>6}  {who:<12}  {one_line(h.snippet, 100)}")
