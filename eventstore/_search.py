@@ -172,10 +172,14 @@ def query(
     params.update({"tenant": tenant, "limit": limit, "offset": offset})
     if pg:
         params["q"] = " & ".join("(" + " <-> ".join(g) + ")" for g in groups)
+        # Match through the GIN index first, then scope: left to itself the planner may
+        # walk a long session's primary key instead (70 ms instead of 1 at 100k events).
         sql = (
-            "SELECT session_id, seq, ts_rank(tsv, q) AS rank "
-            "FROM search_docs, to_tsquery('simple', :q) AS q "
-            f"WHERE tenant = :tenant AND tsv @@ q{scope} "
+            "WITH q AS (SELECT to_tsquery('simple', :q) AS q), "
+            "m AS MATERIALIZED (SELECT session_id, seq, tsv FROM search_docs, q "
+            "WHERE tenant = :tenant AND tsv @@ q.q) "
+            "SELECT session_id, seq, ts_rank(tsv, q.q) AS rank FROM m, q "
+            f"WHERE true{scope} "
             "ORDER BY rank DESC, session_id DESC, seq DESC LIMIT :limit OFFSET :offset"
         )
         return [(r.session_id, r.seq, float(r.rank)) for r in conn.execute(text(sql), params)]

@@ -25,7 +25,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, model_validator
 
 from .codec import canonical_json
 from .events import (
@@ -58,6 +58,8 @@ __all__ = [
     "DEFAULT_PLACEHOLDER",
     "DEFAULT_INTERRUPTED",
     "DEFAULT_SUMMARY_PREFIX",
+    "RECALL_PLACEHOLDER",
+    "RECALL_SUMMARY_PREFIX",
     "TASK_MARK",
     "is_marked_task",
 ]
@@ -65,7 +67,16 @@ __all__ = [
 DEFAULT_PLACEHOLDER = "[Old tool result content cleared]"
 DEFAULT_INTERRUPTED = "[Tool call interrupted: no result was recorded]"
 DEFAULT_SUMMARY_PREFIX = "Summary of the earlier conversation (older events were condensed):\n\n"
-RENDER_VERSION = 2
+RECALL_PLACEHOLDER = '[Old tool result content cleared; recall(ref="{seq}:{index}") returns it]'
+"""The placeholder from render version 3 on: it names the reference the ``recall`` tool
+takes (:mod:`eventstore.tools`)."""
+RECALL_SUMMARY_PREFIX = (
+    "Summary of the earlier conversation (older events were condensed; "
+    "search_history(query) finds them and recall(ref) returns one in full):\n\n"
+)
+"""The summary prefix from render version 3 on: it says how to get the condensed events
+back."""
+RENDER_VERSION = 3
 """The current rendering (see :attr:`ViewOptions.render_version`)."""
 
 
@@ -75,14 +86,14 @@ class ViewOptions(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    placeholder: str = DEFAULT_PLACEHOLDER
+    placeholder: str = RECALL_PLACEHOLDER
     """Text shown instead of a compacted tool result. ``{seq}`` and ``{index}`` are filled
     with the original's reference; any other brace is literal text."""
     interrupted: str = DEFAULT_INTERRUPTED
     """Text of the synthetic result rendered for a call that never got one."""
     summary_role: str = "user"
     """Role of the message that carries the condensation summary."""
-    summary_prefix: str = DEFAULT_SUMMARY_PREFIX
+    summary_prefix: str = RECALL_SUMMARY_PREFIX
     """Text placed before the summary."""
     pin_system: bool = True
     """Keep the first system message verbatim (used when nothing was condensed yet)."""
@@ -90,15 +101,30 @@ class ViewOptions(BaseModel):
     """Keep the user messages before the first assistant message verbatim (the task and
     anything shown before it; used when nothing was condensed yet)."""
     render_version: int = RENDER_VERSION
-    """How messages are rendered. 2: a message that only calls tools goes out with
-    ``content: null``, as providers send it; 1: with ``""`` (the first release). Recorded
-    with every ``llm_call``; a call recorded before the field existed rebuilds with 1
-    (see :meth:`recorded`)."""
+    """How messages are rendered. 3: the default placeholder and summary prefix name how to
+    get the original back (:data:`RECALL_PLACEHOLDER`, :data:`RECALL_SUMMARY_PREFIX`);
+    2: a message that only calls tools goes out with ``content: null``, as providers send
+    it; 1: with ``""`` (the first release). Recorded with every ``llm_call``; a call
+    recorded before the field existed rebuilds with 1 (see :meth:`recorded`)."""
     keep_extra: bool = False
     """Also send message fields that have no typed slot (``Message.extra``, kept so imports
     round-trip exactly). Off by default: providers may reject keys such as a trajectory's
     private ``thought`` or ``agent`` fields. Never applied to a message with a compacted
     part: its extra fields may hold the original content."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _version_defaults(cls, data: Any) -> Any:
+        # Version 3 changed two defaults. An ``llm_call`` records only options that differ
+        # from the defaults, so a call recorded under an earlier version rebuilds with the
+        # defaults of its own version.
+        if isinstance(data, dict) and data.get("render_version", RENDER_VERSION) < 3:
+            data = {
+                "placeholder": DEFAULT_PLACEHOLDER,
+                "summary_prefix": DEFAULT_SUMMARY_PREFIX,
+                **data,
+            }
+        return data
 
     @classmethod
     def recorded(cls, render_options: dict[str, Any]) -> ViewOptions:

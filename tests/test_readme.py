@@ -138,3 +138,13 @@ def test_readme_feed_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     lines = capsys.readouterr().out.splitlines()
     assert [line.split()[0] for line in lines] == ["1", "2"]
     assert lines[1].endswith("second")
+
+
+def test_readme_search_example_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    namespace: dict[str, object] = {"__name__": "readme_search_example"}
+    exec(compile(_example("## Search and recall"), "README.md", "exec"), namespace)
+    out = capsys.readouterr().out
+    assert 'recall(ref="3:0")' in out and 'ref="3" (tool)' in out

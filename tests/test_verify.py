@@ -344,7 +344,10 @@ def _record_past_views(store: Any, sid: str, rng: random.Random, k: int) -> None
                 model="m",
                 view_seq=as_of,
                 fingerprint=fp,
-                render_options=(options or ViewOptions()).model_dump(exclude_defaults=True),
+                render_options={
+                    **(options or ViewOptions()).model_dump(exclude_defaults=True),
+                    "render_version": (options or ViewOptions()).render_version,
+                },
             )
         )
     store.append(sid, calls)

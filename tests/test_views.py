@@ -28,7 +28,12 @@ from eventstore import (
     calibrated_tokens,
     record_llm_call,
 )
-from eventstore.views import DEFAULT_INTERRUPTED, DEFAULT_PLACEHOLDER
+from eventstore.views import (
+    DEFAULT_INTERRUPTED,
+    DEFAULT_PLACEHOLDER,
+    RECALL_PLACEHOLDER,
+    RENDER_VERSION,
+)
 from tests.conftest import corpus_files
 
 
@@ -99,7 +104,9 @@ def test_pruned_parts_render_as_placeholder_and_original_is_readable(store: Even
     prune_seq = store.append(sid, [Prune(targets=[PartRef(seq=5, index=0)], tokens_freed=100)])[0]
     view = store.view(sid)
     tool_msgs = [m for m in view.to_messages() if m["role"] == "tool"]
-    assert tool_msgs[0]["content"] == DEFAULT_PLACEHOLDER
+    assert tool_msgs[0]["content"] == RECALL_PLACEHOLDER.replace("{seq}", "5").replace(
+        "{index}", "0"
+    )
     assert tool_msgs[1]["content"].startswith("contents of f1.py")
     assert view.refs() == [PartRef(seq=5, index=0)]
     assert view.prunes == [prune_seq]
@@ -502,9 +509,9 @@ def test_fork_shares_prefix_and_isolates_appends_and_prunes(store: EventStore) -
     store.append(sid, [Prune(targets=[PartRef(seq=5, index=0)])])  # parent, after the fork
     fork_msgs = store.view(fork.id).to_messages()
     assert fork_msgs[-1]["content"] == "fork only"
-    assert DEFAULT_PLACEHOLDER not in json.dumps(fork_msgs)  # the parent's later prune
+    assert "content cleared" not in json.dumps(fork_msgs)  # the parent's later prune
     store.append(fork.id, [Prune(targets=[PartRef(seq=8, index=0)])])  # fork prunes inherited
-    assert DEFAULT_PLACEHOLDER in json.dumps(store.view(fork.id).to_messages())
+    assert "content cleared" in json.dumps(store.view(fork.id).to_messages())
     parent_tools = [m for m in store.view(sid).to_messages() if m["role"] == "tool"]
     assert parent_tools[1]["content"].startswith("contents of f1.py")  # parent untouched
     assert store.view(fork.id, as_of=8).to_messages() == parent_at_8
@@ -551,4 +558,4 @@ def test_calls_recorded_before_null_content_still_verify(store: EventStore) -> N
     report = store.verify(sid)
     assert report.ok and report.llm_calls == 2, report.problems
     recorded = [e.event for e in store.read(sid, kinds=["llm_call"])]
-    assert recorded[-1].render_options == {"render_version": 2}  # type: ignore[union-attr]
+    assert recorded[-1].render_options == {"render_version": RENDER_VERSION}  # type: ignore[union-attr]
