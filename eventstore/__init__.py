@@ -18,6 +18,7 @@ if TYPE_CHECKING:
         NotFoundError,
         PayloadTooLargeError,
         SchemaError,
+        SessionExistsError,
         StorageBusyError,
         StorageError,
     )
@@ -82,6 +83,7 @@ _LAZY: dict[str, str] = {
     "ReasoningPart": "events",
     "RunState": "events",
     "SchemaError": "errors",
+    "SessionExistsError": "errors",
     "SearchHit": "_search",
     "Session": "records",
     "StorageBusyError": "errors",
@@ -137,6 +139,7 @@ __all__ = [
     "ReasoningPart",
     "RunState",
     "SchemaError",
+    "SessionExistsError",
     "SearchHit",
     "Session",
     "StorageBusyError",

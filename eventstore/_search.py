@@ -28,7 +28,7 @@ from sqlalchemy import select, text
 from sqlalchemy.engine import Connection
 
 from . import _feed, _sql
-from .errors import InvalidEventError
+from .errors import InvalidEventError, NotFoundError
 from .events import Condensation, Event, Message, Queued
 from .schema import search_progress
 
@@ -268,7 +268,10 @@ class SearchMethods:
         found = query(conn, self.tenant, groups, segments, limit, offset)
         hits = []
         for sid, seq, rank in found:
-            stored = _sql.read_event(conn, self.tenant, sid, seq)
+            try:
+                stored = _sql.read_event(conn, self.tenant, sid, seq)
+            except NotFoundError:  # a deleted session: its history is not searched
+                continue
             if stored is None:  # pragma: no cover - the index only holds stored events
                 continue
             evt = stored.event

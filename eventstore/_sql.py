@@ -14,14 +14,19 @@ session's rows hold which seq range; every read goes through it.
 
 from __future__ import annotations
 
+import hashlib
 import json
-from collections.abc import Iterable, Sequence
+import re
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import and_, bindparam, func, insert, select, update
 from sqlalchemy.engine import Connection
+from sqlalchemy.exc import IntegrityError
 
 from ._checks import check_json_value, check_references
 from .codec import (
@@ -34,7 +39,13 @@ from .codec import (
     new_id,
     storable_text_error,
 )
-from .errors import ConflictError, IdempotencyMismatchError, InvalidEventError, NotFoundError
+from .errors import (
+    ConflictError,
+    IdempotencyMismatchError,
+    InvalidEventError,
+    NotFoundError,
+    SessionExistsError,
+)
 from .events import Prune, utcnow
 from .records import AppendResult, Session, StoredEvent
 from .schema import events, fork_compactions, parts, sessions
@@ -67,6 +78,25 @@ def _session_from_row(row: Any) -> Session:
         head_seq=row.head_seq,
         created_at=row.created_at,
         updated_at=row.updated_at,
+        key=row.key,
+        deleted_at=row.deleted_at,
+    )
+
+
+_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+def key_digest(user_id: str | None, key: str) -> str:
+    """What the unique index holds for a session key: SHA-256 over (user, key)."""
+    return hashlib.sha256(canonical_json([user_id, key]).encode("utf-8")).hexdigest()
+
+
+def _taken(session_id: str) -> SessionExistsError:
+    # One message whichever tenant holds the id: it must not tell another tenant's
+    # sessions apart from a fresh id.
+    return SessionExistsError(
+        f"session_id {session_id!r} is taken; omit session_id for a new one, or name "
+        "sessions with key=... (unique per tenant and user)"
     )
 
 
@@ -82,17 +112,39 @@ def create_session(
     parent_id: str | None = None,
     fork_seq: int | None = None,
     head_hash: str | None = None,
+    key: str | None = None,
 ) -> Session:
     sid = session_id or new_id()
-    if not sid or len(sid) > 36:
-        raise InvalidEventError(f"session_id must be 1-36 characters, got {sid!r}")
-    check_text("session_id", sid)
+    if session_id is not None and not (
+        isinstance(session_id, str) and _UUID.fullmatch(session_id.lower())
+    ):
+        raise InvalidEventError(
+            f"session_id: {session_id!r} is not a UUID; session ids are global, so a chosen "
+            "one must be a UUID (e.g. str(uuid.uuid4())). For your own names use key=..., "
+            "which is unique per tenant and user"
+        )
     check_text("user_id", user_id, 255)
     check_text("title", title)
+    digest = None
+    if key is not None:
+        if not isinstance(key, str) or not key:
+            raise InvalidEventError(f"key: must be a non-empty string, got {key!r}")
+        check_text("key", key)
+        digest = key_digest(user_id, key)
+        clash = conn.execute(
+            select(sessions.c.id).where(
+                sessions.c.tenant == tenant, sessions.c.key_digest == digest
+            )
+        ).first()
+        if clash:
+            raise SessionExistsError(
+                f"key {key!r} already names session {clash.id} for this tenant and user; "
+                "get it with get_session_by_key, or delete it first"
+            )
     if session_id is not None:
         exists = conn.execute(select(sessions.c.id).where(sessions.c.id == sid)).first()
         if exists:
-            raise InvalidEventError(f"session_id {sid!r} already exists")
+            raise _taken(sid)
     now = created_at or utcnow()
     # Keys may hold lone surrogates here: canonical_json escapes them losslessly.
     check_json_value("metadata", metadata or {}, keys=False)
@@ -114,8 +166,17 @@ def create_session(
         "head_hash": head_hash,
         "created_at": now,
         "updated_at": now,
+        "key": key,
+        "key_digest": digest,
     }
-    conn.execute(insert(sessions), row)
+    try:
+        with conn.begin_nested():
+            conn.execute(insert(sessions), row)
+    except IntegrityError:
+        # A concurrent create took the id or the key between the check and the insert.
+        if key is not None:
+            raise SessionExistsError(f"key {key!r} was just taken by a concurrent create") from None
+        raise _taken(sid) from None
     return Session(
         id=sid,
         tenant=tenant,
@@ -127,6 +188,7 @@ def create_session(
         head_seq=fork_seq or 0,
         created_at=now,
         updated_at=now,
+        key=key,
     )
 
 
@@ -171,14 +233,45 @@ def _check_lookup(tenant: str, session_id: str) -> None:
         raise _not_found(tenant, session_id)
 
 
-def get_session(conn: Connection, tenant: str, session_id: str) -> Session:
+def get_session(
+    conn: Connection, tenant: str, session_id: str, *, include_deleted: bool = False
+) -> Session:
     _check_lookup(tenant, session_id)
     row = conn.execute(
         select(sessions).where(sessions.c.id == session_id, sessions.c.tenant == tenant)
     ).first()
-    if row is None:
+    if row is None or (row.deleted_at is not None and not (include_deleted or _AUDITING.get())):
         raise NotFoundError(f"no session {session_id!r} for tenant {tenant!r}")
     return _session_from_row(row)
+
+
+def get_session_by_key(conn: Connection, tenant: str, key: str, user_id: str | None) -> Session:
+    if not isinstance(key, str) or not key or storable_text_error(key):
+        raise NotFoundError(f"no session with key {key!r} for tenant {tenant!r}")
+    if user_id is not None and (not isinstance(user_id, str) or storable_text_error(user_id)):
+        raise NotFoundError(f"no session with key {key!r} for tenant {tenant!r}")
+    row = conn.execute(
+        select(sessions).where(
+            sessions.c.tenant == tenant, sessions.c.key_digest == key_digest(user_id, key)
+        )
+    ).first()
+    if row is None:
+        who = f" and user {user_id!r}" if user_id is not None else ""
+        raise NotFoundError(f"no session with key {key!r} for tenant {tenant!r}{who}")
+    return _session_from_row(row)
+
+
+def delete_session(conn: Connection, tenant: str, session_id: str) -> Session:
+    """Tombstone a session: it disappears from reads and lists, its log stays verifiable,
+    and its key is free again."""
+    found = get_session(conn, tenant, session_id)
+    now = utcnow()
+    conn.execute(
+        update(sessions)
+        .where(sessions.c.id == session_id, sessions.c.tenant == tenant)
+        .values(deleted_at=now, key_digest=None)
+    )
+    return found.model_copy(update={"deleted_at": now})
 
 
 def list_sessions(
@@ -189,6 +282,7 @@ def list_sessions(
     limit: int | None,
     offset: int,
     parent_id: str | None = None,
+    include_deleted: bool = False,
 ) -> list[Session]:
     # Postgres rejects negative values where SQLite silently treats them as "no limit".
     if offset < 0:
@@ -198,6 +292,8 @@ def list_sessions(
     if any(v is not None and storable_text_error(v) for v in (user_id, parent_id)):
         return []  # no stored session can match (and Postgres would reject the query)
     q = select(sessions).where(sessions.c.tenant == tenant)
+    if not include_deleted:
+        q = q.where(sessions.c.deleted_at.is_(None))
     if user_id is not None:
         q = q.where(sessions.c.user_id == user_id)
     if parent_id is not None:
@@ -213,16 +309,39 @@ def lineage(conn: Connection, tenant: str, session_id: str) -> list[Segment]:
     return lineage_and_head(conn, tenant, session_id)[0]
 
 
-def lineage_and_head(conn: Connection, tenant: str, session_id: str) -> tuple[list[Segment], int]:
-    """The session's lineage segments and its head seq, from the same session row."""
+#: Set while ``verify`` runs: an audit reads deleted sessions too (their logs stay whole).
+_AUDITING: ContextVar[bool] = ContextVar("eventstore_auditing", default=False)
+
+
+@contextmanager
+def auditing() -> Iterator[None]:
+    """Let every read in this context see deleted sessions (used by ``verify``)."""
+    token = _AUDITING.set(True)
+    try:
+        yield
+    finally:
+        _AUDITING.reset(token)
+
+
+_LINEAGE_ROW = select(
+    sessions.c.id,
+    sessions.c.parent_id,
+    sessions.c.fork_seq,
+    sessions.c.head_seq,
+    sessions.c.deleted_at,
+).where(sessions.c.id == bindparam("sid"), sessions.c.tenant == bindparam("tenant"))
+
+
+def lineage_and_head(
+    conn: Connection, tenant: str, session_id: str, *, include_deleted: bool = False
+) -> tuple[list[Segment], int]:
+    """The session's lineage segments and its head seq, from the same session row (a
+    deleted session is not found, unless ``include_deleted`` for an audit; ancestors of a
+    live fork are read whether deleted or not)."""
     _check_lookup(tenant, session_id)
     chain: list[tuple[str, str | None, int | None]] = []
-    row = conn.execute(
-        select(sessions.c.id, sessions.c.parent_id, sessions.c.fork_seq, sessions.c.head_seq).where(
-            sessions.c.id == session_id, sessions.c.tenant == tenant
-        )
-    ).first()
-    if row is None:
+    row = conn.execute(_LINEAGE_ROW, {"sid": session_id, "tenant": tenant}).first()
+    if row is None or (row.deleted_at is not None and not (include_deleted or _AUDITING.get())):
         raise NotFoundError(f"no session {session_id!r} for tenant {tenant!r}")
     chain.append((row.id, row.parent_id, row.fork_seq))
     while chain[-1][1] is not None:
@@ -270,7 +389,9 @@ def owner_of(segments: Sequence[Segment], seq: int) -> str | None:
 # The append path's fixed statements, built once: constructing a statement costs about as
 # much as executing it, and a single-event append runs these on every call.
 _LOCK_HEAD = select(sessions.c.head_seq, sessions.c.head_hash).where(
-    sessions.c.id == bindparam("sid"), sessions.c.tenant == bindparam("tenant")
+    sessions.c.id == bindparam("sid"),
+    sessions.c.tenant == bindparam("tenant"),
+    sessions.c.deleted_at.is_(None),
 )
 _LOCK_HEAD_PG = _LOCK_HEAD.with_for_update()
 _SET_HEAD = (
@@ -379,7 +500,9 @@ def append(
         segments = lineage(conn, tenant, session_id)
         for prune_seq, prune, created in prunes:
             _apply_prune(conn, session_id, segments, prune_seq, prune, created)
-    conn.execute(_SET_HEAD, {"sid": session_id, "new_seq": seq, "new_hash": prev, "now": now})
+    # updated_at follows the newest event's time (the caller's, when it gave one).
+    newest = event_rows[-1]["created_at"]
+    conn.execute(_SET_HEAD, {"sid": session_id, "new_seq": seq, "new_hash": prev, "now": newest})
     return AppendResult(seqs=list(range(head + 1, seq + 1)), head_seq=seq)
 
 
@@ -533,7 +656,7 @@ def latest_in(
 def verify_head(
     conn: Connection, tenant: str, session_id: str
 ) -> tuple[list[Segment], int, str | None]:
-    segments, head = lineage_and_head(conn, tenant, session_id)
+    segments, head = lineage_and_head(conn, tenant, session_id, include_deleted=True)
     found = select(sessions.c.head_hash).where(sessions.c.id == session_id)
     return segments, head, conn.execute(found).scalar()
 

@@ -8,6 +8,7 @@ The tree::
     ├── ConflictError            the head moved (carries expected_seq and current_seq)
     ├── NotFoundError            no such session / event / part (also: LookupError)
     ├── InvalidEventError        bad input; the message names the field (also: ValueError)
+    │   ├── SessionExistsError   the session id or key is taken
     │   └── ImportFormatError    (eventstore.importers) a file that cannot be imported
     ├── PayloadTooLargeError     one event over max_event_bytes (also: ValueError)
     ├── IdempotencyError         a key reused for a different append
@@ -28,6 +29,7 @@ __all__ = [
     "NotFoundError",
     "PayloadTooLargeError",
     "InvalidEventError",
+    "SessionExistsError",
     "SchemaError",
     "IdempotencyError",
     "StorageError",
@@ -67,6 +69,12 @@ class NotFoundError(EventStoreError, LookupError):
 
 class InvalidEventError(EventStoreError, ValueError):
     """An event failed validation; the message names the bad field."""
+
+
+class SessionExistsError(InvalidEventError):
+    """``create_session`` was given a ``session_id`` or ``key`` that is taken. A key is
+    scoped to the tenant and user; a session id is global, and the message is the same
+    whichever tenant holds it, so ids say nothing about other tenants."""
 
 
 class PayloadTooLargeError(EventStoreError, ValueError):

@@ -36,7 +36,12 @@ class Session(BaseModel):
     created_at: datetime
     """Creation time (UTC)."""
     updated_at: datetime
-    """Time of the last append (UTC)."""
+    """Time of the newest event (its ``created_at``, caller-supplied or not), or of
+    creation for an empty session (UTC)."""
+    key: str | None = None
+    """The caller's own name for the session (:meth:`EventStore.get_session_by_key`)."""
+    deleted_at: datetime | None = None
+    """When :meth:`EventStore.delete_session` deleted it (only seen by audits)."""
 
 
 class StoredEvent(BaseModel):

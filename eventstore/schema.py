@@ -45,7 +45,7 @@ __all__ = [
 ]
 
 #: The Alembic revision this code expects. A test asserts it equals the migration head.
-SCHEMA_REVISION = "0004"
+SCHEMA_REVISION = "0005"
 
 NAMING_CONVENTION = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -94,10 +94,17 @@ sessions = Table(
     Column("head_hash", String(64), nullable=True),
     Column("created_at", UTCDateTime, nullable=False),
     Column("updated_at", UTCDateTime, nullable=False),
+    # The caller's own name for the session, any length (since 0005), and the SHA-256 over
+    # (user_id, key) that makes it unique per tenant and user; cleared when deleted.
+    Column("key", Text, nullable=True),
+    Column("key_digest", String(64), nullable=True),
+    # Set by delete_session: a tombstone, never a removal.
+    Column("deleted_at", UTCDateTime, nullable=True),
     PrimaryKeyConstraint("id"),
     ForeignKeyConstraint(["parent_id"], ["sessions.id"]),
     Index(None, "tenant", "created_at"),
     Index(None, "tenant", "user_id", "created_at"),
+    Index(None, "tenant", "key_digest", unique=True),
 )
 
 events = Table(

@@ -21,13 +21,11 @@ is faster but may lose the last transactions on power loss (never on a process c
 from __future__ import annotations
 
 import asyncio
-import functools
-import itertools
 import threading
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 from pydantic import BaseModel, ValidationError
 from pydantic_core import PydanticSerializationError
@@ -49,6 +47,9 @@ from ._engine import (
 from ._feed import FeedMethods, afollow
 from ._runtime import RuntimeMethods
 from ._search import SearchMethods
+from ._sessions import SessionMethods
+from ._twins import awaitable as _awaitable
+from ._twins import streaming as _streaming
 from .codec import Encoded, check_text, decode_event, encode, format_ts
 from .errors import (
     ConfigurationError,
@@ -99,7 +100,7 @@ def _describe(exc: ValidationError, index: int) -> str:
     return f"events[{index}].{loc}: {err['msg']}"
 
 
-class EventStore(RuntimeMethods, FeedMethods, SearchMethods):
+class EventStore(SessionMethods, RuntimeMethods, FeedMethods, SearchMethods):
     """A synchronous event store on SQLite or Postgres.
 
     Args:
@@ -335,8 +336,14 @@ class EventStore(RuntimeMethods, FeedMethods, SearchMethods):
         title: str | None = None,
         metadata: dict[str, Any] | None = None,
         session_id: str | None = None,
+        key: str | None = None,
     ) -> Session:
-        """Create an empty session for this tenant."""
+        """Create an empty session for this tenant.
+
+        ``key`` is your own name for it (a framework's session id, a ticket number; any
+        length), unique per tenant and user: see :meth:`get_session_by_key`. A chosen
+        ``session_id`` must be a UUID. Either one taken raises :class:`SessionExistsError`.
+        """
         return self._run(
             _sql.create_session,
             self.tenant,
@@ -344,6 +351,7 @@ class EventStore(RuntimeMethods, FeedMethods, SearchMethods):
             user_id=user_id,
             title=title,
             metadata=metadata,
+            key=key,
             write=True,
         )
 
@@ -358,9 +366,10 @@ class EventStore(RuntimeMethods, FeedMethods, SearchMethods):
         limit: int | None = 50,
         offset: int = 0,
         parent_id: str | None = None,
+        include_deleted: bool = False,
     ) -> list[Session]:
         """Sessions newest first; ``limit=None`` (or 0) returns all. ``parent_id`` lists the
-        forks of one session."""
+        forks of one session; ``include_deleted`` adds deleted ones (for audits)."""
         _check_int("limit", limit)
         _check_int("offset", offset)
         return self._run(
@@ -370,6 +379,7 @@ class EventStore(RuntimeMethods, FeedMethods, SearchMethods):
             limit=limit,
             offset=offset,
             parent_id=parent_id,
+            include_deleted=include_deleted,
         )
 
     def head(self, session_id: str) -> int:
@@ -497,7 +507,15 @@ class EventStore(RuntimeMethods, FeedMethods, SearchMethods):
             head_hash: A head hash recorded outside the database (``report.head_hash``
                 of an earlier run); it must be the hash of an event in the chain.
             key: Check the seals written by :meth:`seal` under this key.
+
+        A deleted session is verified too: deleting is a tombstone, and audits read it.
         """
+        with _sql.auditing():
+            return self._verify(session_id, fingerprints, head_hash, key)
+
+    def _verify(
+        self, session_id: str, fingerprints: bool, head_hash: str | None, key: bytes | None
+    ) -> VerifyReport:
         segments, head, recorded = self._run(_sql.verify_head, self.tenant, session_id)
         report = VerifyReport(session_id=session_id, ok=True, head_seq=head)
         ahead = ["llm_call", "condensation"] if fingerprints else []
@@ -613,41 +631,6 @@ class EventStore(RuntimeMethods, FeedMethods, SearchMethods):
 
 
 # --------------------------------------------------------------------------- async
-
-
-_STREAM_PAGE = 256
-
-
-def _awaitable(
-    method: Callable[Concatenate[EventStore, P], T],
-) -> Callable[Concatenate[AsyncEventStore, P], Coroutine[Any, Any, T]]:
-    """The coroutine twin of an :class:`EventStore` method: same parameters, same body,
-    run in a worker thread."""
-
-    @functools.wraps(method)
-    async def call(self: AsyncEventStore, *args: P.args, **kwargs: P.kwargs) -> T:
-        return await asyncio.to_thread(method, self.sync, *args, **kwargs)
-
-    return call
-
-
-def _streaming(
-    method: Callable[Concatenate[EventStore, P], Iterator[T]],
-) -> Callable[Concatenate[AsyncEventStore, P], AsyncIterator[T]]:
-    """The async-iterator twin of an :class:`EventStore` method that streams: each page is
-    pulled from the sync iterator in a worker thread."""
-
-    @functools.wraps(method)
-    async def stream(self: AsyncEventStore, *args: P.args, **kwargs: P.kwargs) -> AsyncIterator[T]:
-        it = await asyncio.to_thread(lambda: iter(method(self.sync, *args, **kwargs)))
-        while True:
-            page = await asyncio.to_thread(lambda: list(itertools.islice(it, _STREAM_PAGE)))
-            for item in page:
-                yield item
-            if len(page) < _STREAM_PAGE:
-                return
-
-    return stream
 
 
 class AsyncEventStore:
@@ -776,6 +759,10 @@ class AsyncEventStore:
     tail = _streaming(EventStore.tail)
 
     follow = afollow
+    get_session_by_key = _awaitable(EventStore.get_session_by_key)
+    delete_session = _awaitable(EventStore.delete_session)
+    get_event = _awaitable(EventStore.get_event)
+    read_tail = _awaitable(EventStore.read_tail)
     index_search = _awaitable(EventStore.index_search)
     search = _awaitable(EventStore.search)
 

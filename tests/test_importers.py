@@ -47,6 +47,7 @@ from eventstore.importers import (
     import_transcripts,
     load_transcripts,
 )
+from eventstore.views import RENDER_VERSION
 
 SWE = corpus_files("swe-agent/**/*.traj")
 OH_LISTS = corpus_files("openhands/**/*.json")
@@ -397,7 +398,13 @@ def _rich_session(store: EventStore) -> str:
     store.append(
         s.id,
         [
-            LLMCall(model="gpt-4o", view_seq=8, fingerprint=fp, usage=Usage(prompt_tokens=5)),
+            LLMCall(
+                model="gpt-4o",
+                view_seq=8,
+                fingerprint=fp,
+                usage=Usage(prompt_tokens=5),
+                render_options={"render_version": RENDER_VERSION},
+            ),
             Message.assistant("after"),
         ],
     )
@@ -486,7 +493,7 @@ def test_export_of_a_fork_imports_flat_with_the_same_hashes(
     src.append(fork.id, [Message.user("on the fork")])
     buf = io.StringIO()
     export_jsonl(src, fork.id, buf)
-    flat_id = "flat-" + uuid.uuid4().hex[:8]
+    flat_id = str(uuid.uuid4())
     flat = import_jsonl(store, io.StringIO(buf.getvalue()), session_id=flat_id)
     assert flat.id == flat_id and flat.parent_id is None and flat.head_seq == 7
     _same_events(src, fork.id, store, flat.id)
@@ -774,7 +781,7 @@ def test_export_keeps_the_session_id_and_a_collision_is_a_clear_error(
     # A session of that id whose events are elsewhere: the session id is the conflict.
     other = EventStore(f"sqlite:///{tmp_path / 'other.db'}", tenant=store.tenant)
     other.create_session(session_id=sid, title="unrelated")
-    with pytest.raises(ImportFormatError, match=f"{sid}.*already exists.*new_id=True"):
+    with pytest.raises(ImportFormatError, match=f"{sid}.*is taken.*new_id=True"):
         import_file(other, path)
     assert other.head(sid) == 0
     (fresh,) = import_file(other, path, new_id=True)

@@ -213,11 +213,11 @@ def test_create_session_fields(store: EventStore) -> None:
         {"k": [1, "x"]},
     )
     assert got.created_at.tzinfo is not None
-    own = f"own-{uuid.uuid4().hex[:16]}"
+    own = str(uuid.uuid4())
     custom = store.create_session(session_id=own)
     assert custom.id == own
     assert store.get_session(own).id == own
-    with pytest.raises(InvalidEventError, match="already exists"):
+    with pytest.raises(InvalidEventError, match="is taken"):
         store.create_session(session_id=own)
     with pytest.raises(InvalidEventError, match="session_id"):
         store.create_session(session_id="x" * 37)

@@ -1,0 +1,91 @@
+"""Sessions by the caller's key, tombstones, and the small reads framework adapters need.
+
+A framework names its sessions itself (Google ADK by app, user and id; the OpenAI Agents
+SDK by a ``session_id`` string; pydantic-ai by conversation id). ``create_session(key=...)``
+stores that name; :meth:`SessionMethods.get_session_by_key` finds the session again with
+one index probe on ``(tenant, key_digest)``. :meth:`SessionMethods.delete_session` is a
+tombstone: the session disappears from gets, lists, reads, views and appends, its log
+stays whole and verifiable (``verify`` still checks it, for audits), and its key is free
+for a new session. :meth:`SessionMethods.read_tail` reads the newest ``n`` events in one
+range scan, whatever the session's length, and :meth:`SessionMethods.get_event` finds one
+event by its id.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from sqlalchemy import select
+from sqlalchemy.engine import Connection
+
+from . import _sql
+from .errors import InvalidEventError, NotFoundError
+from .records import Session, StoredEvent
+from .schema import events
+
+__all__ = ["SessionMethods"]
+
+T = TypeVar("T")
+
+#: The most events one ``read_tail`` returns.
+MAX_TAIL = 100_000
+
+
+def _get_event(conn: Connection, tenant: str, session_id: str, event_id: str) -> StoredEvent:
+    segments, head = _sql.lineage_and_head(conn, tenant, session_id)
+    missing = NotFoundError(f"no event {event_id!r} in session {session_id!r}")
+    if not isinstance(event_id, str) or not 1 <= len(event_id) <= 36:
+        raise missing
+    if _sql.storable_text_error(event_id):
+        raise missing
+    row = conn.execute(
+        select(events.c.session_id, *_sql._EVENT_COLS).where(events.c.id == event_id)
+    ).first()
+    if row is None or row.seq > head or _sql.owner_of(segments, row.seq) != row.session_id:
+        raise missing
+    return _sql.row_to_stored(row, row.session_id)
+
+
+def _read_tail(conn: Connection, tenant: str, session_id: str, n: int) -> list[StoredEvent]:
+    segments, head = _sql.lineage_and_head(conn, tenant, session_id)
+    return _sql.read_page(conn, segments, max(0, head - n), head, None, limit=max(n, 1))[:n]
+
+
+class SessionMethods:
+    """Key, tombstone and small-read methods shared by :class:`~eventstore.EventStore`."""
+
+    if TYPE_CHECKING:
+        tenant: str
+
+        def _run(self, fn: Callable[..., T], *args: Any, write: bool = False, **kw: Any) -> T: ...
+
+    def get_session_by_key(self, key: str, *, user_id: str | None = None) -> Session:
+        """The session created with ``key`` (and ``user_id``) in this tenant, or
+        :class:`NotFoundError`."""
+        return self._run(_sql.get_session_by_key, self.tenant, key, user_id)
+
+    def delete_session(self, session_id: str) -> Session:
+        """Delete a session: a tombstone, not a removal (see the module docstring).
+
+        Afterwards gets, lists, reads, views and appends raise :class:`NotFoundError` for
+        it, ``list_sessions(include_deleted=True)`` and ``verify`` still see it, and its key
+        may name a new session. Forks made from it keep working. Returns the session as it
+        was, with ``deleted_at`` set.
+        """
+        return self._run(_sql.delete_session, self.tenant, session_id, write=True)
+
+    def get_event(self, session_id: str, event_id: str) -> StoredEvent:
+        """The event with id ``event_id`` in the session's log (a fork's inherited events
+        included), or :class:`NotFoundError`."""
+        return self._run(_get_event, self.tenant, session_id, event_id)
+
+    def read_tail(self, session_id: str, n: int) -> list[StoredEvent]:
+        """The newest ``n`` events, oldest first: one index range scan, O(n) whatever the
+        session's length (a session shorter than ``n`` returns all of it)."""
+        if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= MAX_TAIL:
+            raise InvalidEventError(f"n: {n!r} is not an event count (0..{MAX_TAIL})")
+        if n == 0:
+            self._run(_sql.lineage_and_head, self.tenant, session_id)  # NotFoundError
+            return []
+        return self._run(_read_tail, self.tenant, session_id, n)
