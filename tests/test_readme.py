@@ -148,3 +148,15 @@ def test_readme_search_example_runs(
     exec(compile(_example("## Search and recall"), "README.md", "exec"), namespace)
     out = capsys.readouterr().out
     assert 'recall(ref="3:0")' in out and 'ref="3" (tool)' in out
+
+
+def test_readme_keys_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    namespace: dict[str, object] = {"__name__": "readme_keys_example"}
+    exec(compile(_example("## Session keys, deletion, tails"), "README.md", "exec"), namespace)
+    from eventstore import EventStore
+
+    with EventStore(f"sqlite:///{tmp_path / 'keys.db'}") as store:
+        assert store.list_sessions() == []
+        (gone,) = store.list_sessions(include_deleted=True)
+        assert gone.key == "support-ticket-4711" and gone.deleted_at is not None
