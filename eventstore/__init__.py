@@ -44,6 +44,7 @@ if TYPE_CHECKING:
         Usage,
         decode_tool_output,
     )
+    from .models import ModelInfo, UnknownModelWarning
     from .records import AppendResult, Session, StoredEvent, TailItem, VerifyReport
     from .store import AsyncEventStore, EventStore, calibrated_tokens, record_llm_call
     from .tokens import HeuristicTokenCounter, LiteLLMTokenCounter, TokenCounter
@@ -74,6 +75,7 @@ _LAZY: dict[str, str] = {
     "LLMCall": "events",
     "LiteLLMTokenCounter": "tokens",
     "Message": "events",
+    "ModelInfo": "models",
     "NotFoundError": "errors",
     "Part": "events",
     "PartRef": "events",
@@ -92,6 +94,7 @@ _LAZY: dict[str, str] = {
     "TailItem": "records",
     "TextPart": "events",
     "TokenCounter": "tokens",
+    "UnknownModelWarning": "models",
     "ToolCallPart": "events",
     "ToolResultPart": "events",
     "Usage": "events",
@@ -130,6 +133,7 @@ __all__ = [
     "LLMCall",
     "LiteLLMTokenCounter",
     "Message",
+    "ModelInfo",
     "NotFoundError",
     "Part",
     "PartRef",
@@ -148,6 +152,7 @@ __all__ = [
     "TailItem",
     "TextPart",
     "TokenCounter",
+    "UnknownModelWarning",
     "ToolCallPart",
     "ToolResultPart",
     "Usage",

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
 from .errors import BudgetError
 
@@ -63,35 +62,21 @@ class Budget:
         reserved_output: int | None = None,
         buffer: int | None = None,
     ) -> Budget:
-        """A budget from ``litellm.get_model_info(model)``, with explicit overrides.
+        """A budget from the model's limits (:meth:`ModelInfo.lookup`: litellm's model map,
+        read without importing litellm), with explicit overrides.
 
-        Defaults: reserve the model's maximum output up to 8,192 tokens, and keep a buffer of
-        5% of the window. Local models can be described with ``litellm.register_model``.
-
-        Raises:
-            BudgetError: litellm does not know the model and no ``max_input_tokens`` was given.
+        Defaults: reserve the model's maximum output up to 8,192 tokens (and at most a
+        quarter of the window), and keep a buffer of 5% of the window. A model the map does
+        not know gets a 4,096-token window and an :class:`UnknownModelWarning`; pass
+        ``max_input_tokens`` to say what it has. Local models can also be described with
+        ``litellm.register_model``.
         """
-        info: dict[str, Any] = {}
-        if max_input_tokens is None or reserved_output is None:
-            from ._litellm import import_litellm
+        from .models import ModelInfo
 
-            litellm = import_litellm()
-            try:
-                info = dict(litellm.get_model_info(model))
-            except Exception:
-                if max_input_tokens is None:
-                    raise BudgetError(
-                        f"litellm has no context window for model {model!r}: pass "
-                        "max_input_tokens=... (CLI: --max-input-tokens), or describe the model "
-                        "with litellm.register_model({...})"
-                    ) from None
-        window = max_input_tokens or info.get("max_input_tokens") or info.get("max_tokens")
-        if not window:
-            raise BudgetError(
-                f"litellm's entry for {model!r} has no max_input_tokens: pass max_input_tokens=..."
-            )
+        info = ModelInfo.lookup(model, override={"max_input_tokens": max_input_tokens})
+        window = info.max_input_tokens
         if reserved_output is None:
-            out = info.get("max_output_tokens") or 4096
+            out = info.max_output_tokens or 4096
             reserved_output = min(int(out), 8192, int(window) // 4)
         if buffer is None:
             buffer = math.ceil(int(window) * 0.05)

@@ -302,12 +302,10 @@ def _register_offline_model(model: str, window: int) -> None:
 
 def _live_window(model: str, window: int) -> int:
     """The demo's small window, but never more than the live model's own."""
-    from eventstore import Budget, BudgetError
+    from eventstore import ModelInfo
 
-    try:
-        return min(window, Budget.for_model(model).max_input_tokens)
-    except BudgetError:
-        return window
+    info = ModelInfo.find(model)
+    return window if info is None else min(window, info.max_input_tokens)
 
 
 def _hide_password(url: str) -> str:

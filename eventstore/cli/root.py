@@ -245,7 +245,7 @@ def resolve_budget(
     them gives a window, a ``required`` budget is :data:`DEFAULT_WINDOW` tokens; otherwise
     there is none (``None``, and the line says how to give one).
     """
-    from eventstore import Budget, BudgetError
+    from eventstore import Budget, ModelInfo
 
     if model is not None:
         b = Budget.for_model(model, max_input_tokens=max_input_tokens)
@@ -261,11 +261,10 @@ def resolve_budget(
     for name, source in candidates:
         if name in unknown:
             continue
-        try:
-            b = Budget.for_model(name)
-        except BudgetError:
+        if ModelInfo.find(name) is None:
             unknown.append(name)
             continue
+        b = Budget.for_model(name)
         return b, f"budget: {b.max_input_tokens:,}-token window of {name} (from {source})"
     why = (
         f"litellm does not know {', '.join(map(repr, unknown))}"

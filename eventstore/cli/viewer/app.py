@@ -114,12 +114,10 @@ class Viewer:
         if model is None:
             return None
         if model not in self._budgets:
-            from eventstore import Budget, BudgetError
+            from eventstore import Budget, ModelInfo
 
-            try:
-                self._budgets[model] = Budget.for_model(model).available
-            except BudgetError:
-                self._budgets[model] = None
+            known = ModelInfo.find(model) is not None
+            self._budgets[model] = Budget.for_model(model).available if known else None
         return self._budgets[model]
 
     # -- sessions
