@@ -195,6 +195,8 @@ def view_cmd(
         emit_json(view.to_messages())
         return
     budget, note = resolve_budget(store, s, model, max_input_tokens, required=False)
+    if budget is not None and "does not know" in note:
+        click.echo(note, err=True)  # an assumed window: say so, once
     data = _view_dict(view, budget)
     if as_json:
         emit_json(data)

@@ -246,8 +246,15 @@ def resolve_budget(
     there is none (``None``, and the line says how to give one).
     """
     from eventstore import Budget, ModelInfo
+    from eventstore.models import DEFAULT_WINDOW as DEFAULT_UNKNOWN_WINDOW
 
     if model is not None:
+        if max_input_tokens is None and ModelInfo.find(model) is None:
+            b = Budget.for_model(model, max_input_tokens=DEFAULT_UNKNOWN_WINDOW)
+            return b, (
+                f"budget: {b.max_input_tokens:,}-token default window: litellm does not know "
+                f"{model!r} (pass --max-input-tokens N to set its window)"
+            )
         b = Budget.for_model(model, max_input_tokens=max_input_tokens)
         return b, f"budget: {b.max_input_tokens:,}-token window of {model} (--model)"
     if max_input_tokens is not None:
