@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from sqlalchemy import func, select, text, tuple_
 from sqlalchemy.engine import Connection
 
-from . import _sql
+from . import _blobs, _sql
 from .errors import InvalidEventError
 from .records import Session, TailItem
 from .schema import events, feed, feed_pending
@@ -90,9 +90,16 @@ def sequence(conn: Connection, tenant: str) -> None:
 
 
 def tail_page(
-    conn: Connection, tenant: str, session_id: str | None, after: int, limit: int
+    conn: Connection,
+    tenant: str,
+    session_id: str | None,
+    after: int,
+    limit: int,
+    *,
+    expand: bool = True,
 ) -> list[TailItem]:
-    """Up to ``limit`` events with position ``> after``, in position order."""
+    """Up to ``limit`` events with position ``> after``, in position order (with
+    attachments' bytes put back unless ``expand`` is false)."""
     q = select(feed).where(feed.c.tenant == tenant, feed.c.position_end > after)
     if session_id is not None:
         q = q.where(feed.c.session_id == session_id)
@@ -121,6 +128,11 @@ def tail_page(
         for row in rows
     ]
     items.sort(key=lambda i: i.position)
+    if not expand:
+        return items
+    expanded = _blobs.expand(conn, tenant, [i.stored for i in items])
+    if any(a is not b for a, b in zip(expanded, (i.stored for i in items), strict=True)):
+        items = [i.model_copy(update={"stored": st}) for i, st in zip(items, expanded, strict=True)]
     return items
 
 

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from sqlalchemy.engine import Connection
 
-from . import _sql
+from . import _blobs, _sql
 from .codec import new_id
 from .errors import InvalidEventError, NotFoundError
 from .events import Delta, Dequeued, Event, Message, Queued, RunState, TextPart
@@ -67,7 +67,7 @@ def _pending(
             break
         out.extend(page)
         after = page[-1].seq
-    return out
+    return _blobs.expand(conn, tenant, out)
 
 
 def _stream_text(

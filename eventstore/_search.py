@@ -108,7 +108,7 @@ def index_page(conn: Connection, tenant: str, page: int = INDEX_PAGE) -> int:
         select(search_progress.c.position).where(search_progress.c.tenant == tenant)
     ).first()
     after = row.position if row is not None else 0
-    items = _feed.tail_page(conn, tenant, None, after, page)
+    items = _feed.tail_page(conn, tenant, None, after, page, expand=False)
     if not items:
         return 0
     docs = []

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from sqlalchemy import select
 from sqlalchemy.engine import Connection
 
-from . import _sql
+from . import _blobs, _sql
 from .errors import InvalidEventError, NotFoundError
 from .records import Session, StoredEvent
 from .schema import events
@@ -44,12 +44,26 @@ def _get_event(conn: Connection, tenant: str, session_id: str, event_id: str) ->
     ).first()
     if row is None or row.seq > head or _sql.owner_of(segments, row.seq) != row.session_id:
         raise missing
-    return _sql.row_to_stored(row, row.session_id)
+    return _blobs.expand(conn, tenant, [_sql.row_to_stored(row, row.session_id)])[0]
 
 
 def _read_tail(conn: Connection, tenant: str, session_id: str, n: int) -> list[StoredEvent]:
     segments, head = _sql.lineage_and_head(conn, tenant, session_id)
-    return _sql.read_page(conn, segments, max(0, head - n), head, None, limit=max(n, 1))[:n]
+    page = _sql.read_page(conn, segments, max(0, head - n), head, None, limit=max(n, 1))[:n]
+    return _blobs.expand(conn, tenant, page)
+
+
+def read_page_expanded(conn: Connection, tenant: str, *args: Any, **kw: Any) -> list[StoredEvent]:
+    """:func:`eventstore._sql.read_page` with attachments' bytes put back."""
+    return _blobs.expand(conn, tenant, _sql.read_page(conn, *args, **kw))
+
+
+def read_event_expanded(
+    conn: Connection, tenant: str, session_id: str, seq: int
+) -> StoredEvent | None:
+    """:func:`eventstore._sql.read_event` with attachments' bytes put back."""
+    found = _sql.read_event(conn, tenant, session_id, seq)
+    return None if found is None else _blobs.expand(conn, tenant, [found])[0]
 
 
 class SessionMethods:

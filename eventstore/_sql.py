@@ -28,6 +28,7 @@ from sqlalchemy import and_, bindparam, func, insert, select, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
+from . import _blobs
 from ._checks import check_json_value, check_references
 from .codec import (
     Encoded,
@@ -496,6 +497,9 @@ def append(
     conn.execute(_INSERT_EVENTS, event_rows[0] if len(event_rows) == 1 else event_rows)
     if part_rows:
         conn.execute(_INSERT_PARTS, part_rows[0] if len(part_rows) == 1 else part_rows)
+    attached = {d: b for enc in encoded for d, b in enc.blobs.items()}
+    if attached:
+        _blobs.save(conn, tenant, attached)
     if prunes:
         segments = lineage(conn, tenant, session_id)
         for prune_seq, prune, created in prunes:

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from sqlalchemy import select
 from sqlalchemy.engine import Connection
 
+from . import _blobs
 from ._sql import (
     _EVENT_COLS,
     BREAKER_PREFIX,
@@ -32,7 +33,9 @@ from .views import PartState, ViewRows
 __all__ = ["view_rows"]
 
 
-def view_rows(conn: Connection, tenant: str, session_id: str, as_of: int | None) -> ViewRows:
+def view_rows(
+    conn: Connection, tenant: str, session_id: str, as_of: int | None, *, expand: bool = False
+) -> ViewRows:
     """Everything :func:`eventstore.views.assemble` needs to build the view at ``as_of``.
 
     One indexed probe per lineage segment for the latest condensation at or before
@@ -57,6 +60,9 @@ def view_rows(conn: Connection, tenant: str, session_id: str, as_of: int | None)
         tail_lo = 1
         ranges = [(1, seq)]
     tail = _read_kind(conn, segments, tail_lo, seq, "message")
+    if expand:  # put attachments' bytes back (one query, only when the view names blobs)
+        both = _blobs.expand(conn, tenant, pinned + tail)
+        pinned, tail = both[: len(pinned)], both[len(pinned) :]
     part_states, n = _read_parts(conn, segments, ranges, seq)
     control = _read_control(conn, segments, cond.seq + 1 if cond is not None else 1, seq)
     rows += len(pinned) + len(tail) + n + len(control)

@@ -14,12 +14,21 @@ import os
 import re
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from .errors import InvalidEventError
-from .events import EVENT_ADAPTER, Condensation, Event, Message, Part, ToolResultPart
+from .events import (
+    EVENT_ADAPTER,
+    Condensation,
+    Event,
+    FilePart,
+    Message,
+    Part,
+    Queued,
+    ToolResultPart,
+)
 from .tokens import MESSAGE_OVERHEAD, TokenCounter, count_part
 
 __all__ = [
@@ -188,6 +197,8 @@ class Encoded:
     size: int
     token_count: int
     part_rows: list[dict[str, Any]]
+    blobs: dict[str, bytes] = field(default_factory=dict)
+    """Attachment bytes moved out of the payload, by ``sha256:<hex>`` reference."""
 
 
 def part_columns(idx: int, part: Part) -> dict[str, Any]:
@@ -207,9 +218,62 @@ def part_columns(idx: int, part: Part) -> dict[str, Any]:
     }
 
 
-def encode(evt: Event, counter: TokenCounter) -> Encoded:
-    """The payload text, size, token count and ``parts`` index rows of one event."""
-    payload = encode_event(evt)
+def blob_ref(data: bytes) -> str:
+    """The reference a blob is stored under: ``sha256:<hex>`` of its bytes."""
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def _strip_blobs(evt: Message, threshold: int) -> tuple[Message, dict[str, bytes]]:
+    """``evt`` with every attachment of ``threshold`` bytes or more replaced by its blob
+    reference, and the bytes by reference."""
+    blobs: dict[str, bytes] = {}
+    parts: list[Part] = []
+    for part in evt.parts:
+        if isinstance(part, FilePart) and part.data is not None and len(part.data) >= threshold:
+            ref = blob_ref(part.data)
+            blobs[ref] = part.data
+            part = part.model_copy(update={"data": None, "blob": ref})
+        parts.append(part)
+    if not blobs:
+        return evt, blobs
+    return evt.model_copy(update={"parts": parts}), blobs
+
+
+def blob_refs(evt: Event) -> list[str]:
+    """Blob references an event names."""
+    msg = evt.message if isinstance(evt, Queued) else evt
+    if not isinstance(msg, Message):
+        return []
+    return [p.blob for p in msg.parts if isinstance(p, FilePart) and p.blob and p.data is None]
+
+
+def with_blob_data(evt: Event, data: dict[str, bytes]) -> Event:
+    """``evt`` with its blob references filled with their bytes (missing ones left as
+    references: ``verify`` reports them)."""
+    if isinstance(evt, Queued):
+        return evt.model_copy(update={"message": with_blob_data(evt.message, data)})
+    if not isinstance(evt, Message):
+        return evt
+    parts = [
+        p.model_copy(update={"data": data[p.blob]})
+        if isinstance(p, FilePart) and p.blob in data and p.data is None
+        else p
+        for p in evt.parts
+    ]
+    return evt.model_copy(update={"parts": parts})
+
+
+def encode(evt: Event, counter: TokenCounter, blob_threshold: int | None = None) -> Encoded:
+    """The payload text, size, token count and ``parts`` index rows of one event.
+
+    With ``blob_threshold``, attachments of that many bytes or more leave the payload for
+    the blob table (``Encoded.blobs``); their tokens are counted from the bytes first.
+    """
+    blobs: dict[str, bytes] = {}
+    stored: Event = evt
+    if isinstance(evt, Message) and blob_threshold is not None:
+        stored, blobs = _strip_blobs(evt, blob_threshold)
+    payload = encode_event(stored)
     size = len(payload.encode("utf-8"))
     part_rows: list[dict[str, Any]] = []
     if isinstance(evt, Message):
@@ -218,6 +282,7 @@ def encode(evt: Event, counter: TokenCounter) -> Encoded:
             n = count_part(counter, part)
             total += n
             part_rows.append({**part_columns(idx, part), "token_count": n})
+        evt = stored
     elif isinstance(evt, Condensation):
         total = evt.summary_tokens or (counter.count(evt.summary) if evt.summary else 0)
         if evt.summary and not evt.summary_tokens:
@@ -226,4 +291,4 @@ def encode(evt: Event, counter: TokenCounter) -> Encoded:
             size = len(payload.encode("utf-8"))
     else:
         total = 0
-    return Encoded(evt, evt.kind, payload, size, total, part_rows)
+    return Encoded(evt, evt.kind, payload, size, total, part_rows, blobs)

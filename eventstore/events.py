@@ -167,6 +167,10 @@ class FilePart(_Model):
     """A URL, data URL or provider file id instead of inline content."""
     detail: str | None = None
     """OpenAI image ``detail`` (``auto``/``low``/``high``), when given."""
+    blob: str | None = None
+    """``sha256:<hex>`` of ``data`` when the store keeps the content in the tenant's blob
+    table (large attachments, stored once however often they are sent). The stored payload
+    then holds this reference instead of the bytes; reads and views put ``data`` back."""
 
     @field_validator("data", mode="before")
     @classmethod

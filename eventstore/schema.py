@@ -18,6 +18,7 @@ from sqlalchemy import (
     ForeignKeyConstraint,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     PrimaryKeyConstraint,
     String,
@@ -36,6 +37,7 @@ __all__ = [
     "feed",
     "feed_pending",
     "search_progress",
+    "blobs",
     "NATIVE_SEARCH_TABLES",
     "SCHEMA_REVISION",
     "trigger_ddl",
@@ -45,7 +47,7 @@ __all__ = [
 ]
 
 #: The Alembic revision this code expects. A test asserts it equals the migration head.
-SCHEMA_REVISION = "0005"
+SCHEMA_REVISION = "0006"
 
 NAMING_CONVENTION = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -196,6 +198,18 @@ feed_pending = Table(
     Column("queued_at", UTCDateTime, nullable=False),
     PrimaryKeyConstraint("session_id", "from_seq"),
     Index(None, "tenant"),
+)
+
+# Large attachments, once per tenant by content hash (``sha256:<hex>``); payloads name them.
+blobs = Table(
+    "blobs",
+    metadata,
+    Column("tenant", String(255), nullable=False),
+    Column("digest", String(71), nullable=False),
+    Column("size", BigInteger, nullable=False),
+    Column("data", LargeBinary, nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    PrimaryKeyConstraint("tenant", "digest"),
 )
 
 # How far the tenant's full-text index has followed the feed. The index itself is native to

@@ -25,7 +25,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 from pydantic_core import PydanticSerializationError
@@ -33,7 +33,7 @@ from sqlalchemy import create_engine
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
-from . import _sql, _view_rows
+from . import _blobs, _sql, _view_rows
 from ._checks import check_event
 from ._engine import (
     DEFAULT_URL,
@@ -47,9 +47,8 @@ from ._engine import (
 from ._feed import FeedMethods, afollow
 from ._runtime import RuntimeMethods
 from ._search import SearchMethods
-from ._sessions import SessionMethods
-from ._twins import awaitable as _awaitable
-from ._twins import streaming as _streaming
+from ._sessions import SessionMethods, read_event_expanded, read_page_expanded
+from ._twins import awaitable, streaming
 from .codec import Encoded, check_text, decode_event, encode, format_ts
 from .errors import (
     ConfigurationError,
@@ -77,12 +76,12 @@ __all__ = [
 ]
 
 DEFAULT_MAX_EVENT_BYTES = 32 * 1024 * 1024
+DEFAULT_BLOB_THRESHOLD = 64 * 1024
 DEFAULT_LOCK_TIMEOUT_MS = 5_000
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MAX_INT = 2**63 - 1  # the widest integer both backends bind
 _MAX_COUNT = 2**31 - 1  # token counts and seqs are 32-bit columns
 T = TypeVar("T")
-P = ParamSpec("P")
 
 
 def _check_int(name: str, value: int | None, *, low: int = 0, high: int = _MAX_INT) -> None:
@@ -107,7 +106,10 @@ class EventStore(SessionMethods, RuntimeMethods, FeedMethods, SearchMethods):
         url: Database URL; defaults to ``EVENTSTORE_URL`` or ``sqlite:///eventstore.db``.
         tenant: The tenant every call is scoped to.
         token_counter: Counts part tokens at append time (default: a character heuristic).
-        max_event_bytes: Largest stored payload of a single event.
+        max_event_bytes: Largest stored payload of a single event (attachments included).
+        blob_threshold: Attachments of this many bytes or more are stored once per tenant
+            by content hash and named by reference in the payload (``None``: always
+            inline). Reads and views put the bytes back.
         upgrade: Upgrade an empty or older schema on open. Default: yes on SQLite, no on
             Postgres (there a :class:`SchemaError` names the command to run).
         sqlite_synchronous: ``FULL`` (default, power-loss safe) or ``NORMAL`` (faster).
@@ -130,6 +132,7 @@ class EventStore(SessionMethods, RuntimeMethods, FeedMethods, SearchMethods):
         sqlite_synchronous: str = "FULL",
         busy_timeout_ms: int = 30_000,
         lock_timeout_ms: int = DEFAULT_LOCK_TIMEOUT_MS,
+        blob_threshold: int | None = DEFAULT_BLOB_THRESHOLD,
         engine: Engine | None = None,
         **engine_kwargs: Any,
     ) -> None:
@@ -142,6 +145,7 @@ class EventStore(SessionMethods, RuntimeMethods, FeedMethods, SearchMethods):
             sqlite_synchronous=sqlite_synchronous,
             busy_timeout_ms=busy_timeout_ms,
             lock_timeout_ms=lock_timeout_ms,
+            blob_threshold=blob_threshold,
             engine=engine,
             engine_kwargs=engine_kwargs,
         )
@@ -158,6 +162,7 @@ class EventStore(SessionMethods, RuntimeMethods, FeedMethods, SearchMethods):
         sqlite_synchronous: str,
         busy_timeout_ms: int,
         lock_timeout_ms: int,
+        blob_threshold: int | None,
         engine: Engine | None,
         engine_kwargs: dict[str, Any],
     ) -> None:
@@ -182,6 +187,12 @@ class EventStore(SessionMethods, RuntimeMethods, FeedMethods, SearchMethods):
         self.tenant = tenant
         self.token_counter: TokenCounter = token_counter or HeuristicTokenCounter()
         self.max_event_bytes = max_event_bytes
+        bad = not isinstance(blob_threshold, int) or isinstance(blob_threshold, bool)
+        if blob_threshold is not None and (bad or blob_threshold < 1):
+            raise ConfigurationError(
+                f"blob_threshold: a positive number of bytes or None, not {blob_threshold!r}"
+            )
+        self.blob_threshold = blob_threshold
         self._schema_lock = threading.Lock()
         self._schema_pending: bool | None = None  # the upgrade flag, until the schema is open
         if engine is None:
@@ -235,6 +246,7 @@ class EventStore(SessionMethods, RuntimeMethods, FeedMethods, SearchMethods):
             tenant=tenant,
             token_counter=self.token_counter,
             max_event_bytes=self.max_event_bytes,
+            blob_threshold=self.blob_threshold,
             engine=self.engine,
         )
         other._timeouts, other._lock_local = self._timeouts, self._lock_local
@@ -292,13 +304,14 @@ class EventStore(SessionMethods, RuntimeMethods, FeedMethods, SearchMethods):
                 checked = False
             check_event(evt, f"events[{i}].")
             try:
-                enc = encode(evt, self.token_counter)
+                enc = encode(evt, self.token_counter, self.blob_threshold)
             except InvalidEventError as exc:
                 raise InvalidEventError(f"events[{i}]: {exc}") from None
             except (PydanticSerializationError, ValueError, TypeError, RecursionError) as exc:
                 raise InvalidEventError(f"events[{i}]: cannot be serialized ({exc})") from None
-            if enc.size > self.max_event_bytes:
-                raise PayloadTooLargeError(enc.size, self.max_event_bytes, i)
+            size = enc.size + sum(len(b) for b in enc.blobs.values())
+            if size > self.max_event_bytes:
+                raise PayloadTooLargeError(size, self.max_event_bytes, i)
             if enc.token_count > _MAX_COUNT:
                 raise InvalidEventError(
                     f"events[{i}]: {enc.token_count} tokens is over the limit of {_MAX_COUNT}"
@@ -477,7 +490,7 @@ class EventStore(SessionMethods, RuntimeMethods, FeedMethods, SearchMethods):
         last = head if to_seq is None else min(to_seq, head)
         after = max(from_seq, 1) - 1
         while after < last:
-            page = self._run(_sql.read_page, segments, after, last, kinds)
+            page = self._run(read_page_expanded, self.tenant, segments, after, last, kinds)
             if not page:
                 return
             yield from page
@@ -529,6 +542,7 @@ class EventStore(SessionMethods, RuntimeMethods, FeedMethods, SearchMethods):
             fork_rows=self._run(_sql.fork_compaction_rows, segments),
             key=key,
             anchor=head_hash,
+            load_blobs=lambda named: self._run(_blobs.load, self.tenant, named),
         )
         after = 0
         while after < head:
@@ -563,12 +577,12 @@ class EventStore(SessionMethods, RuntimeMethods, FeedMethods, SearchMethods):
         when the head was at ``k``, whatever was appended since.
         """
         _check_int("as_of", as_of)
-        rows = self._run(_view_rows.view_rows, self.tenant, session_id, as_of)
+        rows = self._run(_view_rows.view_rows, self.tenant, session_id, as_of, expand=True)
         return assemble(rows, options, self.token_counter)
 
     def original(self, session_id: str, ref: PartRef) -> Part:
         """The full stored part behind a reference (for example a pruned tool result)."""
-        stored = self._run(_sql.read_event, self.tenant, session_id, ref.seq)
+        stored = self._run(read_event_expanded, self.tenant, session_id, ref.seq)
         if stored is None:
             raise NotFoundError(f"no event at seq {ref.seq} in session {session_id}")
         evt = stored.event
@@ -658,6 +672,7 @@ class AsyncEventStore:
         sqlite_synchronous: str = "FULL",
         busy_timeout_ms: int = 30_000,
         lock_timeout_ms: int = DEFAULT_LOCK_TIMEOUT_MS,
+        blob_threshold: int | None = DEFAULT_BLOB_THRESHOLD,
         engine: Engine | None = None,
         **engine_kwargs: Any,
     ) -> None:
@@ -671,6 +686,7 @@ class AsyncEventStore:
             sqlite_synchronous=sqlite_synchronous,
             busy_timeout_ms=busy_timeout_ms,
             lock_timeout_ms=lock_timeout_ms,
+            blob_threshold=blob_threshold,
             engine=engine,
             engine_kwargs=engine_kwargs,
         )
@@ -729,42 +745,41 @@ class AsyncEventStore:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    create_session = _awaitable(EventStore.create_session)
-    get_session = _awaitable(EventStore.get_session)
-    list_sessions = _awaitable(EventStore.list_sessions)
-    head = _awaitable(EventStore.head)
-    fork = _awaitable(EventStore.fork)
-    append = _awaitable(EventStore.append)
-    append_result = _awaitable(EventStore.append_result)
-    read = _streaming(EventStore.read)
-    latest_event = _awaitable(EventStore.latest_event)
-    verify = _awaitable(EventStore.verify)
-    seal = _awaitable(EventStore.seal)
-    stats = _awaitable(EventStore.stats)
-    view = _awaitable(EventStore.view)
-    original = _awaitable(EventStore.original)
-    forgotten = _streaming(EventStore.forgotten)
-    record_llm_call = _awaitable(EventStore.record_llm_call)
-    calibrated_tokens = _awaitable(EventStore.calibrated_tokens)
-    enqueue = _awaitable(EventStore.enqueue)
-    pending = _awaitable(EventStore.pending)
-    dequeue = _awaitable(EventStore.dequeue)
-    run_state = _awaitable(EventStore.run_state)
-    set_run_state = _awaitable(EventStore.set_run_state)
-    begin_stream = _awaitable(EventStore.begin_stream)
-    append_delta = _awaitable(EventStore.append_delta)
-    finish_stream = _awaitable(EventStore.finish_stream)
-    cancel_run = _awaitable(EventStore.cancel_run)
-    feed_position = _awaitable(EventStore.feed_position)
-    tail = _streaming(EventStore.tail)
-
+    create_session = awaitable(EventStore.create_session)
+    get_session = awaitable(EventStore.get_session)
+    list_sessions = awaitable(EventStore.list_sessions)
+    head = awaitable(EventStore.head)
+    fork = awaitable(EventStore.fork)
+    append = awaitable(EventStore.append)
+    append_result = awaitable(EventStore.append_result)
+    read = streaming(EventStore.read)
+    latest_event = awaitable(EventStore.latest_event)
+    verify = awaitable(EventStore.verify)
+    seal = awaitable(EventStore.seal)
+    stats = awaitable(EventStore.stats)
+    view = awaitable(EventStore.view)
+    original = awaitable(EventStore.original)
+    forgotten = streaming(EventStore.forgotten)
+    record_llm_call = awaitable(EventStore.record_llm_call)
+    calibrated_tokens = awaitable(EventStore.calibrated_tokens)
+    enqueue = awaitable(EventStore.enqueue)
+    pending = awaitable(EventStore.pending)
+    dequeue = awaitable(EventStore.dequeue)
+    run_state = awaitable(EventStore.run_state)
+    set_run_state = awaitable(EventStore.set_run_state)
+    begin_stream = awaitable(EventStore.begin_stream)
+    append_delta = awaitable(EventStore.append_delta)
+    finish_stream = awaitable(EventStore.finish_stream)
+    cancel_run = awaitable(EventStore.cancel_run)
+    feed_position = awaitable(EventStore.feed_position)
+    tail = streaming(EventStore.tail)
     follow = afollow
-    get_session_by_key = _awaitable(EventStore.get_session_by_key)
-    delete_session = _awaitable(EventStore.delete_session)
-    get_event = _awaitable(EventStore.get_event)
-    read_tail = _awaitable(EventStore.read_tail)
-    index_search = _awaitable(EventStore.index_search)
-    search = _awaitable(EventStore.search)
+    get_session_by_key = awaitable(EventStore.get_session_by_key)
+    delete_session = awaitable(EventStore.delete_session)
+    get_event = awaitable(EventStore.get_event)
+    read_tail = awaitable(EventStore.read_tail)
+    index_search = awaitable(EventStore.index_search)
+    search = awaitable(EventStore.search)
 
 
 # --------------------------------------------------------------------------- functions

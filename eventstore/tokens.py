@@ -24,7 +24,8 @@ __all__ = [
 
 #: Tokens charged per message for role and framing, as OpenAI's chat format does.
 MESSAGE_OVERHEAD = 4
-#: Flat estimate for an image or other binary attachment.
+#: Estimate for an attachment whose size cannot be read (images are priced by size and
+#: provider: see :mod:`eventstore.media`).
 FILE_TOKENS = 765
 
 
@@ -44,8 +45,10 @@ class HeuristicTokenCounter:
 
     name = "heuristic"
 
-    def __init__(self, chars_per_token: float = 4.0) -> None:
+    def __init__(self, chars_per_token: float = 4.0, provider: str | None = None) -> None:
         self.chars_per_token = chars_per_token
+        self.provider = provider
+        """Whose image pricing attachments are counted with (default: OpenAI's)."""
 
     def count(self, text: str) -> int:
         return math.ceil(len(text) / self.chars_per_token) if text else 0
@@ -55,8 +58,12 @@ class LiteLLMTokenCounter:
     """Exact counts from litellm's tokenizer for ``model`` (tiktoken for OpenAI models)."""
 
     def __init__(self, model: str) -> None:
+        from .models import ModelInfo
+
         self.model = model
         self.name = f"litellm:{model}"
+        found = ModelInfo.find(model)
+        self.provider = found.provider if found is not None else None
         _litellm.import_litellm()  # fail here, not on the first count, if it is missing
 
     def count(self, text: str) -> int:
@@ -81,5 +88,7 @@ def part_text(part: Part) -> str:
 def count_part(counter: TokenCounter, part: Part) -> int:
     """Tokens of one part under ``counter``."""
     if isinstance(part, FilePart):
-        return FILE_TOKENS
+        from .media import file_tokens
+
+        return file_tokens(part, getattr(counter, "provider", None))
     return counter.count(part_text(part))

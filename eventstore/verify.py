@@ -27,11 +27,19 @@ from __future__ import annotations
 import hashlib
 import hmac
 from bisect import bisect_left
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-from .codec import canonical_json, chain_hash, decode_event, part_columns
+from .codec import (
+    blob_ref,
+    blob_refs,
+    canonical_json,
+    chain_hash,
+    decode_event,
+    part_columns,
+    with_blob_data,
+)
 from .events import Condensation, Custom, Message, PartRef, Prune, ToolResultPart
 from .records import StoredEvent, VerifyReport
 from .tokens import MESSAGE_OVERHEAD
@@ -250,7 +258,9 @@ class ChainCheck:
         fork_rows: Iterable[Any] = (),
         key: bytes | None = None,
         anchor: str | None = None,
+        load_blobs: Callable[[list[str]], dict[str, bytes]] | None = None,
     ) -> None:
+        self.load_blobs = load_blobs
         self.report = report
         self.problems = report.problems
         self.caps = caps
@@ -345,6 +355,8 @@ class ChainCheck:
                 evt = decode_event(row.kind, row.payload, row.id, row.created_at)
             except Exception as exc:  # a changed payload may not even parse
                 self.problems.append(f"seq {seq}: payload does not decode ({exc})"[:300])
+        if evt is not None and self.load_blobs is not None and (named := blob_refs(evt)):
+            evt = self._blobs(seq, evt, named)
         stored = (
             None
             if evt is None
@@ -368,6 +380,20 @@ class ChainCheck:
             self._condensation(stored)
         self._apply_stamps(seq, evt, row.created_at)
         self._fingerprints(seq)
+
+    def _blobs(self, seq: int, evt: Any, named: list[str]) -> Any:
+        """Re-hash the attachments an event keeps in the blob table (the chain covers their
+        digests, so this proves their bytes) and put the bytes back for view rebuilds."""
+        assert self.load_blobs is not None
+        data = self.load_blobs(named)
+        for digest in named:
+            got = data.get(digest)
+            if got is None:
+                self.problems.append(f"seq {seq}: blob {digest[:19]}… is missing")
+            elif blob_ref(got) != digest:
+                self.problems.append(f"seq {seq}: blob {digest[:19]}… changed after append")
+                del data[digest]
+        return with_blob_data(evt, data)
 
     def _columns(self, row: Any, evt: Any, prows: list[Any]) -> None:
         seq = row.seq

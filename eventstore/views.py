@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, model_validator
 from .codec import canonical_json
 from .events import (
     Condensation,
+    FilePart,
     LLMCall,
     Message,
     Part,
@@ -38,6 +39,7 @@ from .events import (
     ToolResultPart,
     Usage,
 )
+from .media import is_accepted
 from .records import StoredEvent
 from .tokens import MESSAGE_OVERHEAD, TokenCounter
 
@@ -106,7 +108,13 @@ class ViewOptions(BaseModel):
     2: a message that only calls tools goes out with ``content: null``, as providers send
     it; 1: with ``""`` (the first release). Recorded with every ``llm_call``; a call
     recorded before the field existed rebuilds with 1 (see :meth:`recorded`)."""
+    accepts: tuple[str, ...] | None = None
+    """Media types the model takes (``image/*``, ``application/pdf``, ``audio/*``); any
+    other attachment of those kinds goes out as a one-line text stand-in instead of being
+    dropped or rejected. ``None`` sends every attachment. :meth:`for_model` fills it from
+    litellm's model map."""
     keep_extra: bool = False
+
     """Also send message fields that have no typed slot (``Message.extra``, kept so imports
     round-trip exactly). Off by default: providers may reject keys such as a trajectory's
     private ``thought`` or ``agent`` fields. Never applied to a message with a compacted
@@ -125,6 +133,15 @@ class ViewOptions(BaseModel):
                 **data,
             }
         return data
+
+    @classmethod
+    def for_model(cls, model: str, **options: Any) -> ViewOptions:
+        """Options for ``model``: :attr:`accepts` from its ``supports_vision`` /
+        ``supports_pdf_input`` / ``supports_audio_input`` flags in litellm's model map
+        (unknown models: everything is sent)."""
+        from .media import accepted_types
+
+        return cls(accepts=accepted_types(model), **options)
 
     @classmethod
     def recorded(cls, render_options: dict[str, Any]) -> ViewOptions:
@@ -274,6 +291,27 @@ def placeholder_text(options: ViewOptions, ref: PartRef) -> str:
     return text
 
 
+def _refused_media(evt: Any, options: ViewOptions) -> set[int]:
+    """Indexes of the message's attachments the model does not accept (``options.accepts``)."""
+    if options.accepts is None or not isinstance(evt, Message):
+        return set()
+    return {
+        i
+        for i, p in enumerate(evt.parts)
+        if isinstance(p, FilePart) and not is_accepted(p.media_type, options.accepts)
+    }
+
+
+def media_stand_in(part: Any) -> str:
+    """The text sent instead of an attachment the model does not accept."""
+    what = part.name or part.media_type
+    size = len(part.data) if part.data is not None else None
+    bytes_ = f", {size:,} bytes" if size is not None else ""
+    return (
+        f"[attachment {what} ({part.media_type}{bytes_}) not shown: the model does not accept it]"
+    )
+
+
 # --------------------------------------------------------------------------- assembling
 
 
@@ -314,6 +352,7 @@ def assemble(rows: ViewRows, options: ViewOptions | None, counter: TokenCounter)
             pinned=stored.seq in pinned_seqs,
         )
         tokens = MESSAGE_OVERHEAD
+        refused = _refused_media(stored.event, options)
         for idx, state in enumerate(states):
             if state.compacted_seq is not None:
                 ref = PartRef(seq=stored.seq, index=idx)
@@ -321,6 +360,8 @@ def assemble(rows: ViewRows, options: ViewOptions | None, counter: TokenCounter)
                 item.compacted_by[idx] = state.compacted_seq
                 prunes.add(state.compacted_seq)
                 tokens += counts(placeholder_text(options, ref))
+            elif idx in refused:
+                tokens += counts(media_stand_in(stored.event.parts[idx]))  # type: ignore[union-attr]
             else:
                 tokens += state.tokens
         item.tokens = tokens
@@ -468,12 +509,15 @@ def _render(view: View) -> list[dict[str, Any]]:
     null = options.render_version >= 2
 
     def emit(msg: Message, compacted: dict[int, PartRef]) -> list[dict[str, Any]]:
-        if not compacted:
+        refused = _refused_media(msg, options)
+        if not compacted and not refused:
             return to_openai(msg, extra=options.keep_extra, null_content=null)
 
-        def placeholder_for(index: int, _part: Part) -> str | None:
+        def placeholder_for(index: int, part: Part) -> str | None:
             ref = compacted.get(index)
-            return None if ref is None else placeholder_text(options, ref)
+            if ref is not None:
+                return placeholder_text(options, ref)
+            return media_stand_in(part) if index in refused else None
 
         return to_openai(msg, placeholder_for=placeholder_for, extra=False, null_content=null)
 

@@ -42,6 +42,7 @@ TABLES = {
     "feed",
     "feed_pending",
     "search_progress",
+    "blobs",
 }
 SQLITE_TRIGGERS = {
     "events_append_only_update",
