@@ -255,7 +255,9 @@ def export_cmd(state: State, session: str, fmt: str, output: str | None, as_json
 @click.option(
     "--format",
     "fmt",
-    type=click.Choice(["jsonl", "openai", "swe-agent", "openhands"]),
+    type=click.Choice(
+        ["jsonl", "openai", "swe-agent", "mini-swe-agent", "openhands", "openhands-v1"]
+    ),
     help="Input format (default: detected from the content).",
 )
 @click.option(

@@ -7,15 +7,19 @@ from typing import Any, Literal
 
 from ._loading import ImportFormatError, Transcript, _fail, _load, _Loaded
 from .jsonl import EXPORT_FORMAT, _parse_export
+from .mini_swe_agent import _mini_transcript, looks_mini
 from .openai import _openai_transcript
 from .openhands import _looks_openhands, _openhands_transcripts
+from .openhands_v1 import _v1_transcripts, looks_v1
 from .swe_agent import _swe_agent_transcript
 
-Format = Literal["eventstore", "openai", "swe-agent", "openhands"]
+Format = Literal["eventstore", "openai", "swe-agent", "openhands", "openhands-v1", "mini-swe-agent"]
 
 
 def _detect(loaded: _Loaded) -> Format:
     data = loaded.data
+    if looks_v1(loaded):
+        return "openhands-v1"
     if loaded.jsonl:
         first = data[0][1]
         if isinstance(first, dict) and first.get("format") == EXPORT_FORMAT:
@@ -31,10 +35,12 @@ def _detect(loaded: _Loaded) -> Format:
         if isinstance(data.get("history"), list):
             return "openhands" if _looks_openhands(data["history"]) else "swe-agent"
         if isinstance(data.get("messages"), list):
-            return "openai"
+            return "mini-swe-agent" if looks_mini(data) else "openai"
         raise _fail(loaded.path, "unrecognized JSON object " + _keys(data))
     if isinstance(data, list):
-        return "openhands" if _looks_openhands(data) else "openai"
+        if _looks_openhands(data):
+            return "openhands"
+        return "mini-swe-agent" if looks_mini(data) else "openai"
     raise _fail(loaded.path, f"expected a JSON list or object, got {type(data).__name__}")
 
 
@@ -73,4 +79,8 @@ def load_transcripts(path: str | Path, format: Format | None = None) -> list[Tra
         return [_swe_agent_transcript(loaded)]
     if fmt == "openhands":
         return _openhands_transcripts(loaded)
+    if fmt == "openhands-v1":
+        return _v1_transcripts(loaded)
+    if fmt == "mini-swe-agent":
+        return [_mini_transcript(loaded)]
     raise ImportFormatError(f"{loaded.path}: unknown format {fmt!r}")

@@ -2,6 +2,9 @@
 
 ``info``, ``environment`` and ``replay_config`` go to the session metadata. The history
 holds OpenAI-style messages, except that tool messages may answer several calls at once.
+In text mode (no function calling) an assistant message carries its command in
+``action`` and the next user message is its output: such pairs become a tool call (named
+after the command's first word) and its result, see :mod:`._textmode`.
 """
 
 from __future__ import annotations
@@ -11,7 +14,17 @@ from typing import Any
 
 from ..events import Event
 from ._loading import Transcript, _fail, _Loaded
+from ._textmode import pair_actions
 from .openai import _convert_message
+
+
+def _action(raw: dict[str, Any]) -> str | None:
+    action = raw.get("action")
+    return action if isinstance(action, str) else None
+
+
+def _is_observation(raw: dict[str, Any]) -> bool:
+    return raw.get("message_type") in (None, "observation")
 
 
 def _swe_agent_transcript(loaded: _Loaded) -> Transcript:
@@ -19,7 +32,8 @@ def _swe_agent_transcript(loaded: _Loaded) -> Transcript:
     if loaded.jsonl or not isinstance(data, dict) or not isinstance(data.get("history"), list):
         raise _fail(path, "a SWE-agent trajectory is a JSON object with a `history` list")
     events: list[Event] = []
-    for i, raw in enumerate(data["history"]):
+    history = pair_actions(data["history"], _action, _is_observation, None)
+    for i, raw in enumerate(history):
         where = f"{path}: history[{i}]"
         if not isinstance(raw, dict):
             raise _fail(where, f"expected a message object, got {type(raw).__name__}")
