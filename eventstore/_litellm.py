@@ -16,6 +16,7 @@ __all__ = [
     "import_litellm",
     "model_info",
     "register_model",
+    "custom_logger_class",
     "count_tokens",
     "completion",
     "acompletion",
@@ -49,6 +50,14 @@ def model_info(model: str) -> dict[str, Any]:
         return dict(litellm.get_model_info(model))
     except Exception as exc:  # litellm raises a bare Exception for unmapped models
         raise LookupError(f"litellm has no entry for model {model!r} ({exc})") from None
+
+
+def custom_logger_class() -> type:
+    """litellm's ``CustomLogger`` base class (for :mod:`eventstore.adapters.litellm`)."""
+    import_litellm()
+    from litellm.integrations.custom_logger import CustomLogger
+
+    return CustomLogger
 
 
 def register_model(entries: dict[str, dict[str, Any]]) -> None:

@@ -160,3 +160,12 @@ def test_readme_keys_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
         assert store.list_sessions() == []
         (gone,) = store.list_sessions(include_deleted=True)
         assert gone.key == "support-ticket-4711" and gone.deleted_at is not None
+
+
+def test_readme_litellm_adapter_example_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    namespace: dict[str, object] = {"__name__": "readme_litellm_example"}
+    exec(compile(_example("## Framework adapters"), "README.md", "exec"), namespace)
+    assert (tmp_path / "recorded.db").exists()
