@@ -4,5 +4,10 @@ Import the one you use; nothing here is imported by ``import eventstore``:
 
 * :mod:`eventstore.adapters.litellm`: :class:`~eventstore.adapters.litellm.EventStoreLogger`,
   a litellm callback that records every ``completion``/``acompletion`` in a session
-  (litellm is a core dependency, no extra needed).
+  (litellm is a core dependency, no extra needed);
+* :mod:`eventstore.adapters.adk`: :class:`~eventstore.adapters.adk.EventStoreSessionService`,
+  a Google ADK session service (``pip install "agent-eventstore[adk]"``);
+* :mod:`eventstore.adapters.openai_agents`:
+  :class:`~eventstore.adapters.openai_agents.EventStoreSession`, an OpenAI Agents SDK
+  session (``pip install "agent-eventstore[openai-agents]"``).
 """

@@ -1,0 +1,304 @@
+"""EventStoreSessionService against Google ADK's session-service contract (google-adk 2.13).
+
+Runs where the ``adk`` extra is installed (``.ci/run`` gives it its own environment and
+requires these tests there with ``EVENTSTORE_REQUIRE_ADAPTERS``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+import uuid
+from collections.abc import AsyncGenerator
+from typing import Any
+
+import pytest
+
+if os.environ.get("EVENTSTORE_REQUIRE_ADAPTERS"):
+    import google.adk  # noqa: F401
+else:
+    pytest.importorskip("google.adk")
+
+from google.adk.agents import LlmAgent  # noqa: E402
+from google.adk.errors.already_exists_error import AlreadyExistsError  # noqa: E402
+from google.adk.events.event import Event  # noqa: E402
+from google.adk.events.event_actions import EventActions  # noqa: E402
+from google.adk.models.base_llm import BaseLlm  # noqa: E402
+from google.adk.models.llm_response import LlmResponse  # noqa: E402
+from google.adk.runners import Runner  # noqa: E402
+from google.adk.sessions.base_session_service import GetSessionConfig  # noqa: E402
+from google.genai import types  # noqa: E402
+
+from eventstore import AsyncEventStore, EventStore  # noqa: E402
+from eventstore.adapters.adk import EventStoreSessionService, StaleSessionError  # noqa: E402
+
+APP = "helper"
+
+
+@pytest.fixture
+def service(db_url: str) -> Any:
+    store = AsyncEventStore(db_url, tenant=f"t-{uuid.uuid4().hex}")
+    svc = EventStoreSessionService(store=store)
+    yield svc
+    asyncio.run(store.close())
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+def _text_event(author: str, text: str, ts: float | None = None, **kw: Any) -> Event:
+    role = "user" if author == "user" else "model"
+    return Event(
+        invocation_id="inv-1",
+        author=author,
+        content=types.Content(role=role, parts=[types.Part(text=text)]),
+        timestamp=ts if ts is not None else time.time(),
+        **kw,
+    )
+
+
+def test_create_get_and_duplicate_ids(service: Any) -> None:
+    async def go() -> None:
+        s = await service.create_session(app_name=APP, user_id="u1", session_id="s1")
+        assert (s.id, s.app_name, s.user_id, s.events) == ("s1", APP, "u1", [])
+        got = await service.get_session(app_name=APP, user_id="u1", session_id="s1")
+        assert got is not None and got.id == "s1" and got.last_update_time == s.last_update_time
+        with pytest.raises(AlreadyExistsError):
+            await service.create_session(app_name=APP, user_id="u1", session_id="s1")
+        # The same id for another user or app is another session.
+        await service.create_session(app_name=APP, user_id="u2", session_id="s1")
+        await service.create_session(app_name="other", user_id="u1", session_id="s1")
+        assert await service.get_session(app_name=APP, user_id="u3", session_id="s1") is None
+        generated = await service.create_session(app_name=APP, user_id="u1")
+        assert generated.id and generated.id != "s1"
+
+    run(go())
+
+
+def test_events_round_trip_with_calls_responses_and_bytes(service: Any) -> None:
+    image = b"\x89PNG\r\n\x1a\n" + os.urandom(300)
+
+    async def go() -> list[Event]:
+        s = await service.create_session(app_name=APP, user_id="u", session_id="rt")
+        events = [
+            Event(
+                invocation_id="i",
+                author="user",
+                content=types.Content(
+                    role="user",
+                    parts=[
+                        types.Part(text="what is this?"),
+                        types.Part(inline_data=types.Blob(mime_type="image/png", data=image)),
+                    ],
+                ),
+            ),
+            Event(
+                invocation_id="i",
+                author=APP,
+                content=types.Content(
+                    role="model",
+                    parts=[
+                        types.Part(
+                            function_call=types.FunctionCall(
+                                id="fc-1", name="describe", args={"detail": "high"}
+                            )
+                        )
+                    ],
+                ),
+            ),
+            Event(
+                invocation_id="i",
+                author=APP,
+                content=types.Content(
+                    role="user",
+                    parts=[
+                        types.Part(
+                            function_response=types.FunctionResponse(
+                                id="fc-1", name="describe", response={"result": "a logo"}
+                            )
+                        )
+                    ],
+                ),
+            ),
+            _text_event(APP, "It is a logo."),
+        ]
+        for e in events:
+            await service.append_event(s, e)
+        got = await service.get_session(app_name=APP, user_id="u", session_id="rt")
+        assert got is not None
+        assert [e.model_dump() for e in got.events] == [e.model_dump() for e in events]
+        assert got.last_update_time == events[-1].timestamp
+        return got.events
+
+    run(go())
+    sync: EventStore = service.store.sync
+    sid = sync.get_session_by_key('["adk","helper","rt"]', user_id="u").id
+    kinds = [
+        (e.event.role, [p.type for p in e.event.parts]) for e in sync.read(sid, kinds=["message"])
+    ]
+    assert kinds == [
+        ("user", ["text", "file"]),
+        ("assistant", ["tool_call"]),
+        ("tool", ["tool_result"]),
+        ("assistant", ["text"]),
+    ]
+    assert sync.verify(sid).ok
+
+
+def test_recent_events_and_after_timestamp_read_the_tail(service: Any) -> None:
+    async def go() -> None:
+        s = await service.create_session(app_name=APP, user_id="u", session_id="tail")
+        base = time.time()
+        for i in range(30):
+            await service.append_event(s, _text_event("user", f"m{i}", base + i))
+
+        async def texts(**cfg: Any) -> list[str]:
+            got = await service.get_session(
+                app_name=APP, user_id="u", session_id="tail", config=GetSessionConfig(**cfg)
+            )
+            return [e.content.parts[0].text for e in got.events]
+
+        assert await texts(num_recent_events=3) == ["m27", "m28", "m29"]
+        assert await texts(num_recent_events=0) == []
+        assert len(await texts(num_recent_events=500)) == 30  # larger than the session
+        assert await texts(after_timestamp=base + 27) == ["m27", "m28", "m29"]
+        assert await texts(after_timestamp=base + 20, num_recent_events=2) == ["m28", "m29"]
+
+    run(go())
+
+
+def test_state_scoping(service: Any) -> None:
+    async def go() -> None:
+        s1 = await service.create_session(
+            app_name=APP,
+            user_id="u1",
+            session_id="a",
+            state={"k": 1, "app:theme": "dark", "user:lang": "en", "temp:scratch": "x"},
+        )
+        assert s1.state == {"k": 1, "app:theme": "dark", "user:lang": "en"}
+        await service.append_event(
+            s1,
+            Event(
+                invocation_id="i",
+                author=APP,
+                actions=EventActions(
+                    state_delta={"k": 2, "user:lang": "fr", "app:v": 3, "temp:t": 1}
+                ),
+            ),
+        )
+        assert s1.state["temp:t"] == 1  # in memory for the invocation only
+        got = await service.get_session(app_name=APP, user_id="u1", session_id="a")
+        assert got.state == {"k": 2, "app:theme": "dark", "app:v": 3, "user:lang": "fr"}
+        other_session = await service.create_session(app_name=APP, user_id="u1", session_id="b")
+        assert other_session.state == {"app:theme": "dark", "app:v": 3, "user:lang": "fr"}
+        other_user = await service.create_session(app_name=APP, user_id="u2", session_id="c")
+        assert other_user.state == {"app:theme": "dark", "app:v": 3}
+        assert await service.get_user_state(app_name=APP, user_id="u1") == {"lang": "fr"}
+        assert await service.get_user_state(app_name=APP, user_id="nobody") == {}
+
+    run(go())
+
+
+def test_list_and_delete(service: Any) -> None:
+    async def go() -> None:
+        for uid, sid in [("u1", "x"), ("u1", "y"), ("u2", "z")]:
+            s = await service.create_session(app_name=APP, user_id=uid, session_id=sid)
+            await service.append_event(s, _text_event("user", sid))
+        await service.create_session(app_name="elsewhere", user_id="u1", session_id="w")
+        listed = await service.list_sessions(app_name=APP, user_id="u1")
+        assert [s.id for s in listed.sessions] == ["x", "y"]  # oldest update first
+        assert all(s.events == [] for s in listed.sessions)
+        everyone = await service.list_sessions(app_name=APP)
+        assert sorted(s.id for s in everyone.sessions) == ["x", "y", "z"]
+        await service.delete_session(app_name=APP, user_id="u1", session_id="x")
+        assert await service.get_session(app_name=APP, user_id="u1", session_id="x") is None
+        listed = await service.list_sessions(app_name=APP, user_id="u1")
+        assert [s.id for s in listed.sessions] == ["y"]
+        again = await service.create_session(app_name=APP, user_id="u1", session_id="x")
+        assert again.events == []
+
+    run(go())
+
+
+def test_a_stale_writer_is_refused(service: Any) -> None:
+    async def go() -> None:
+        await service.create_session(app_name=APP, user_id="u", session_id="st")
+        first = await service.get_session(app_name=APP, user_id="u", session_id="st")
+        second = await service.get_session(app_name=APP, user_id="u", session_id="st")
+        await service.append_event(first, _text_event("user", "one"))
+        await service.append_event(first, _text_event(APP, "two"))  # its own writes are fine
+        with pytest.raises(StaleSessionError):
+            await service.append_event(second, _text_event("user", "stale"))
+        fresh = await service.get_session(app_name=APP, user_id="u", session_id="st")
+        await service.append_event(fresh, _text_event("user", "three"))
+        got = await service.get_session(app_name=APP, user_id="u", session_id="st")
+        assert [e.content.parts[0].text for e in got.events] == ["one", "two", "three"]
+
+    run(go())
+
+
+def test_threads_with_their_own_loops_share_one_service(service: Any) -> None:
+    errors: list[BaseException] = []
+
+    def worker(n: int) -> None:
+        async def go() -> None:
+            s = await service.create_session(app_name=APP, user_id="u", session_id=f"t{n}")
+            for i in range(5):
+                await service.append_event(s, _text_event("user", f"{n}.{i}"))
+
+        try:
+            asyncio.run(go())
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    for n in range(4):
+        got = run(service.get_session(app_name=APP, user_id="u", session_id=f"t{n}"))
+        assert len(got.events) == 5
+
+
+class _ScriptedLlm(BaseLlm):
+    """A model that answers from a script and remembers what it was sent."""
+
+    replies: list[str] = []
+    seen: list[list[str]] = []
+
+    async def generate_content_async(
+        self, llm_request: Any, stream: bool = False
+    ) -> AsyncGenerator[LlmResponse, None]:
+        texts = [p.text for c in llm_request.contents for p in (c.parts or []) if p.text]
+        type(self).seen.append(texts)
+        reply = type(self).replies.pop(0)
+        yield LlmResponse(content=types.Content(role="model", parts=[types.Part(text=reply)]))
+
+
+def test_a_two_turn_run_resumes_after_a_restart(db_url: str) -> None:
+    tenant = f"t-{uuid.uuid4().hex}"
+    _ScriptedLlm.replies = ["Hello Ada.", "Your name is Ada."]
+    _ScriptedLlm.seen = []
+    agent = LlmAgent(name="helper", model=_ScriptedLlm(model="scripted"))
+
+    async def turn(text: str, create: bool) -> str:
+        async with AsyncEventStore(db_url, tenant=tenant) as store:
+            service = EventStoreSessionService(store=store)
+            if create:
+                await service.create_session(app_name=APP, user_id="ada", session_id="chat")
+            runner = Runner(app_name=APP, agent=agent, session_service=service)
+            message = types.Content(role="user", parts=[types.Part(text=text)])
+            out = ""
+            async for ev in runner.run_async(user_id="ada", session_id="chat", new_message=message):
+                if ev.content and ev.content.parts and ev.content.parts[0].text:
+                    out = ev.content.parts[0].text
+            return out
+
+    assert run(turn("I am Ada.", create=True)) == "Hello Ada."
+    assert run(turn("Who am I?", create=False)) == "Your name is Ada."
+    assert "I am Ada." in _ScriptedLlm.seen[1] and "Hello Ada." in _ScriptedLlm.seen[1]
