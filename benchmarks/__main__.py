@@ -3,7 +3,9 @@
 ``python -m benchmarks quality [--smoke]`` runs the condensation quality benchmark instead
 (see :mod:`benchmarks.quality_report`); ``python -m benchmarks concurrency [--smoke]`` the
 concurrent-writers benchmark (see :mod:`benchmarks.concurrency`); ``python -m benchmarks
-search [--smoke]`` full-text search over one long session (see :mod:`benchmarks.search`).
+search [--smoke]`` full-text search over one long session (see :mod:`benchmarks.search`);
+``python -m benchmarks adk [--smoke]`` ADK ``get_session`` on short and long sessions (the
+``adk`` extra; see :mod:`benchmarks.adk`).
 
 Writes ``RESULTS.md`` and ``results.json`` (the full mode into ``benchmarks/``, the quick
 and smoke modes into ``benchmarks/<mode>-results/`` unless ``--out`` says otherwise).
@@ -184,6 +186,10 @@ def main(argv: list[str] | None = None) -> int:
         from .concurrency import main as concurrency_main
 
         return concurrency_main(argv[1:])
+    if argv[:1] == ["adk"]:
+        from .adk import main as adk_main
+
+        return adk_main(argv[1:])
     if argv[:1] == ["search"]:
         from .search import main as search_main
 

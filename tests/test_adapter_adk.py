@@ -302,3 +302,34 @@ def test_a_two_turn_run_resumes_after_a_restart(db_url: str) -> None:
     assert run(turn("I am Ada.", create=True)) == "Hello Ada."
     assert run(turn("Who am I?", create=False)) == "Your name is Ada."
     assert "I am Ada." in _ScriptedLlm.seen[1] and "Hello Ada." in _ScriptedLlm.seen[1]
+
+
+def test_the_readme_example_runs(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    block = re.search(r"```python\n(.*?)```", readme.split("**Google ADK**", 1)[1], re.S)
+    assert block, "the README lost its ADK example"
+    monkeypatch.chdir(tmp_path)
+    exec(compile(block.group(1), "README.md", "exec"), {"__name__": "readme_adk"})
+    assert (tmp_path / "adk.db").exists()
+
+
+def test_the_benchmark_runs_in_smoke_mode(tmp_path: Any) -> None:
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "adk", "--smoke", "--no-postgres", "--repeat", "2",
+         "--out", str(tmp_path)],
+        cwd=root, capture_output=True, text=True, timeout=600, env=dict(os.environ),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    data = json.loads((tmp_path / "adk.json").read_text())
+    services = [r["service"] for r in data["rows"]]
+    assert services == ["eventstore (SQLite)", "ADK DatabaseSessionService (SQLite)"]
+    assert all(r["sizes"]["2000"]["median_ms"] > 0 for r in data["rows"])

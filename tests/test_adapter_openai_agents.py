@@ -159,3 +159,15 @@ def test_a_two_turn_run_resumes_with_a_new_session_object(db_url: str) -> None:
         sid = store.get_session_by_key("conversation-1").id
         assert store.verify(sid).ok
         assert len(list(store.read(sid, kinds=["message"]))) == 4
+
+
+def test_the_readme_example_runs(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    block = re.search(r"```python\n(.*?)```", readme.split("**OpenAI Agents SDK**", 1)[1], re.S)
+    assert block, "the README lost its OpenAI Agents example"
+    monkeypatch.chdir(tmp_path)
+    exec(compile(block.group(1), "README.md", "exec"), {"__name__": "readme_agents"})
+    assert (tmp_path / "agents.db").exists()

@@ -58,7 +58,7 @@ from ..events import (
 from ..records import StoredEvent
 from ..store import AsyncEventStore, EventStore
 
-__all__ = ["EventStoreSessionService", "StaleSessionError"]
+__all__ = ["EventStoreSessionService", "StaleSessionError", "stored_event"]
 
 _RAW = "adk_event"
 _STATE = "adk_state"
@@ -128,6 +128,17 @@ def _to_message(raw: dict[str, Any], author: str) -> Message | None:
     if role != "tool" and any(isinstance(x, ToolResultPart) for x in parts):
         return None  # a mix the chat format cannot hold: keep it opaque
     return Message(role=role, parts=parts)  # type: ignore[arg-type]
+
+
+def stored_event(event: AdkEvent, state: dict[str, Any]) -> Event:
+    """How an ADK event is kept: a typed message when it has content (a ``Custom`` event
+    otherwise), with the ADK event's JSON and the session state after it."""
+    raw = event.model_dump(mode="json", exclude_none=True)
+    msg = _to_message(raw, event.author)
+    if msg is not None:
+        msg.extra = {_RAW: raw, _STATE: state}
+        return msg
+    return Custom(name=_EVENT, data={_RAW: raw, _STATE: state})
 
 
 def _raw_of(evt: Event) -> dict[str, Any] | None:
@@ -283,13 +294,14 @@ class EventStoreSessionService(BaseSessionService):
     ) -> AdkSession | None:
         return await asyncio.to_thread(self._get, app_name, user_id, session_id, config)
 
-    def _backwards(self, sid: str) -> Any:
-        """Stored events from the newest back, a page at a time."""
-        hi = self._sync.head(sid)
+    def _backwards(self, sid: str, head: int, first: int = _PAGE) -> Any:
+        """Stored events from ``head`` back, a page at a time (the first page ``first``
+        events long: a bounded read asks for no more than it needs)."""
+        hi, size = head, max(1, first)
         while hi >= 1:
-            lo = max(1, hi - _PAGE + 1)
+            lo = max(1, hi - size + 1)
             yield from reversed(list(self._sync.read(sid, lo, hi)))
-            hi = lo - 1
+            hi, size = lo - 1, _PAGE
 
     def _get(
         self, app_name: str, user_id: str, session_id: str, config: GetSessionConfig | None
@@ -305,7 +317,8 @@ class EventStoreSessionService(BaseSessionService):
         state: dict[str, Any] | None = None
         last_time: float | None = None
         created: float | None = None
-        for st in self._backwards(sid):
+        first = limit + 1 if limit is not None and after is None else _PAGE
+        for st in self._backwards(sid, head, first):
             if state is None:
                 state = _state_of(st.event)
             raw = _raw_of(st.event)
@@ -386,7 +399,6 @@ class EventStoreSessionService(BaseSessionService):
         expected = int(marker) if marker is not None else None
         if expected is None and found.updated_at.timestamp() > session.last_update_time + 1e-6:
             raise StaleSessionError("the session object is older than the stored session")
-        raw = event.model_dump(mode="json", exclude_none=True)
         state_changed = False
         current: dict[str, Any] = {}
         if event.actions and event.actions.state_delta:
@@ -401,13 +413,7 @@ class EventStoreSessionService(BaseSessionService):
                 current.update(deltas["session"])
         if not state_changed:
             current = self._session_state(found.id)
-        msg = _to_message(raw, event.author)
-        stored: Event
-        if msg is not None:
-            msg.extra = {_RAW: raw, _STATE: current}
-            stored = msg
-        else:
-            stored = Custom(name=_EVENT, data={_RAW: raw, _STATE: current})
+        stored = stored_event(event, current)
         try:
             self._sync.append(found.id, [stored], expected_seq=expected)
         except ConflictError:
