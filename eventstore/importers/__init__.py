@@ -16,15 +16,26 @@ Formats (see :func:`detect_format`):
     the events and the hash chain exactly (``new_id=True`` gives the session a fresh id).
 ``openai``
     A chat transcript: a JSON list of OpenAI/litellm messages, JSONL with one message per
-    line, or an object with a ``messages`` list. mini-swe-agent trajectories are this.
+    line, or an object with a ``messages`` list.
+``mini-swe-agent``
+    A mini-swe-agent run, 1.x (a message list) or 2.x (``trajectory_format``, tool calls,
+    and a final ``exit`` message that becomes a ``run_end`` event). Text-mode commands and
+    their ``<returncode>`` outputs become tool calls and results.
 ``swe-agent``
     A SWE-agent ``.traj`` file: its ``history`` becomes the session; ``info`` and
-    ``environment`` go to the session metadata.
+    ``environment`` go to the session metadata. Text-mode ``action``/observation pairs
+    become tool calls and results.
 ``openhands``
     An OpenHands event stream (a JSON list of events, or an object with ``history``), or
     resolver/evaluation output (JSONL, one run with a ``history`` per line: one session per
     run). Tool actions and their observations become assistant tool calls and tool
     results; everything else becomes a ``Custom`` event named ``openhands.<type>``.
+``openhands-v1``
+    OpenHands agent-SDK events tagged ``kind`` (``ActionEvent``, ``ObservationEvent``,
+    ``MessageEvent``, ...): a list, JSONL, an object with ``events``, or evaluation output
+    with one run's ``history`` per record.
+
+Anything none of these recognises fails with the file, the record and the field.
 """
 
 from __future__ import annotations
