@@ -22,7 +22,7 @@ from sqlalchemy.engine import Connection
 from . import _blobs, _sql
 from .errors import InvalidEventError, NotFoundError
 from .records import Session, StoredEvent
-from .schema import events
+from .schema import events, sessions
 
 __all__ = ["SessionMethods"]
 
@@ -43,6 +43,22 @@ def _get_event(conn: Connection, tenant: str, session_id: str, event_id: str) ->
         select(events.c.session_id, *_sql._EVENT_COLS).where(events.c.id == event_id)
     ).first()
     if row is None or row.seq > head or _sql.owner_of(segments, row.seq) != row.session_id:
+        raise missing
+    return _blobs.expand(conn, tenant, [_sql.row_to_stored(row, row.session_id)])[0]
+
+
+def _find_event(conn: Connection, tenant: str, event_id: str) -> StoredEvent:
+    missing = NotFoundError(f"no event {event_id!r} for tenant {tenant!r}")
+    if not isinstance(event_id, str) or not 1 <= len(event_id) <= 36:
+        raise missing
+    if _sql.storable_text_error(event_id):
+        raise missing
+    row = conn.execute(
+        select(events.c.session_id, *_sql._EVENT_COLS)
+        .join(sessions, sessions.c.id == events.c.session_id)
+        .where(events.c.id == event_id, sessions.c.tenant == tenant)
+    ).first()
+    if row is None:
         raise missing
     return _blobs.expand(conn, tenant, [_sql.row_to_stored(row, row.session_id)])[0]
 
@@ -93,6 +109,12 @@ class SessionMethods:
         """The event with id ``event_id`` in the session's log (a fork's inherited events
         included), or :class:`NotFoundError`."""
         return self._run(_get_event, self.tenant, session_id, event_id)
+
+    def find_event(self, event_id: str) -> StoredEvent:
+        """The event with id ``event_id`` in any of the tenant's sessions (deleted ones
+        included: their events stay part of the log), or :class:`NotFoundError`. Its
+        ``session_id`` says which session holds it."""
+        return self._run(_find_event, self.tenant, event_id)
 
     def read_tail(self, session_id: str, n: int) -> list[StoredEvent]:
         """The newest ``n`` events, oldest first: one index range scan, O(n) whatever the

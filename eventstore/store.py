@@ -1,21 +1,21 @@
 """The event store: sessions and their append-only logs, sync and async.
 
-Open one by URL::
+Open one by URL (or ``EVENTSTORE_URL``, or ``./eventstore.db``)::
 
-    store = EventStore("sqlite:///agent.db")            # or EVENTSTORE_URL, or ./eventstore.db
+    store = EventStore("sqlite:///agent.db")
     s = store.create_session(title="fix the login bug")
     store.append(s.id, [Message.user("hello")], expected_seq=0)
 
 :class:`EventStore` is the one implementation: thin methods over the statement layer
-(:mod:`eventstore._sql`) and the pure view assembly (:mod:`eventstore.views`).
+(:mod:`eventstore._sql`), the pure view assembly (:mod:`eventstore.views`) and the feature
+mixins (:mod:`._sessions`, :mod:`._runtime`, :mod:`._feed`, :mod:`._search`).
 :class:`AsyncEventStore` is derived from it method by method: each coroutine runs the
-synchronous method, a whole transaction, in a worker thread. That keeps one body per
-operation (the two surfaces cannot drift; a test compares them), and the async store
-works from any thread and any event loop, since nothing in it is bound to a loop.
+synchronous method, a whole transaction, in a worker thread: one body per operation (the
+surfaces cannot drift; a test compares them), usable from any thread and event loop.
 
-Durability: on SQLite the store runs in WAL mode with ``synchronous=FULL`` so an
-acknowledged append survives a power cut; ``EventStore(url, sqlite_synchronous="NORMAL")``
-is faster but may lose the last transactions on power loss (never on a process crash).
+Durability: SQLite runs in WAL mode with ``synchronous=FULL`` (an acknowledged append
+survives a power cut); ``sqlite_synchronous="NORMAL"`` may lose the last transactions on
+power loss, never on a process crash.
 """
 
 from __future__ import annotations
@@ -480,8 +480,7 @@ class EventStore(SessionMethods, RuntimeMethods, FeedMethods, SearchMethods):
         """
         _check_int("from_seq", from_seq, low=-_MAX_INT)
         _check_int("to_seq", to_seq, low=-_MAX_INT)
-        kind_list = list(kinds) if kinds is not None else None
-        return self._read(session_id, from_seq, to_seq, kind_list)
+        return self._read(session_id, from_seq, to_seq, None if kinds is None else list(kinds))
 
     def _read(
         self, session_id: str, from_seq: int, to_seq: int | None, kinds: list[str] | None
@@ -777,6 +776,7 @@ class AsyncEventStore:
     get_session_by_key = awaitable(EventStore.get_session_by_key)
     delete_session = awaitable(EventStore.delete_session)
     get_event = awaitable(EventStore.get_event)
+    find_event = awaitable(EventStore.find_event)
     read_tail = awaitable(EventStore.read_tail)
     index_search = awaitable(EventStore.index_search)
     search = awaitable(EventStore.search)
