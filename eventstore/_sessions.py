@@ -14,6 +14,7 @@ event by its id.
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy import select
@@ -82,6 +83,11 @@ def read_event_expanded(
     return None if found is None else _blobs.expand(conn, tenant, [found])[0]
 
 
+def audit_for_async(self: Any) -> AbstractContextManager[None]:
+    """``AsyncEventStore.audit``: the same context (a plain ``with``, no ``await``)."""
+    return _sql.auditing()
+
+
 class SessionMethods:
     """Key, tombstone and small-read methods shared by :class:`~eventstore.EventStore`."""
 
@@ -89,6 +95,15 @@ class SessionMethods:
         tenant: str
 
         def _run(self, fn: Callable[..., T], *args: Any, write: bool = False, **kw: Any) -> T: ...
+
+    def audit(self) -> AbstractContextManager[None]:
+        """A context in which reads see deleted sessions too (in this thread and the
+        coroutines it starts), for auditors::
+
+            with store.audit():
+                events = list(store.read(deleted_session_id))
+        """
+        return _sql.auditing()
 
     def get_session_by_key(self, key: str, *, user_id: str | None = None) -> Session:
         """The session created with ``key`` (and ``user_id``) in this tenant, or

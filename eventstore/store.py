@@ -47,7 +47,7 @@ from ._engine import (
 from ._feed import FeedMethods, afollow
 from ._runtime import RuntimeMethods
 from ._search import SearchMethods
-from ._sessions import SessionMethods, read_event_expanded, read_page_expanded
+from ._sessions import SessionMethods, audit_for_async, read_event_expanded, read_page_expanded
 from ._twins import awaitable, streaming
 from .codec import Encoded, check_text, decode_event, encode, format_ts
 from .errors import (
@@ -236,8 +236,6 @@ class EventStore(SessionMethods, RuntimeMethods, FeedMethods, SearchMethods):
                 self.engine.dispose()
                 raise
             self._schema_pending = None
-
-    # -- plumbing
 
     def with_tenant(self, tenant: str) -> EventStore:
         """The same database, scoped to another tenant (shares the engine)."""
@@ -773,6 +771,7 @@ class AsyncEventStore:
     feed_position = awaitable(EventStore.feed_position)
     tail = streaming(EventStore.tail)
     follow = afollow
+    audit = audit_for_async
     get_session_by_key = awaitable(EventStore.get_session_by_key)
     delete_session = awaitable(EventStore.delete_session)
     get_event = awaitable(EventStore.get_event)

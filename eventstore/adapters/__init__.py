@@ -9,5 +9,8 @@ Import the one you use; nothing here is imported by ``import eventstore``:
   a Google ADK session service (``pip install "agent-eventstore[adk]"``);
 * :mod:`eventstore.adapters.openai_agents`:
   :class:`~eventstore.adapters.openai_agents.EventStoreSession`, an OpenAI Agents SDK
-  session (``pip install "agent-eventstore[openai-agents]"``).
+  session (``pip install "agent-eventstore[openai-agents]"``);
+* :mod:`eventstore.adapters.pydantic_ai`:
+  :class:`~eventstore.adapters.pydantic_ai.EventStoreConversationStore`, a pydantic-ai
+  conversation store (``pip install "agent-eventstore[pydantic-ai]"``).
 """
