@@ -43,13 +43,24 @@ def parse_sections(summary: str | None) -> dict[str, list[str]]:
 
 
 _PATH_KEYS = {"path", "file", "filename", "file_path", "filepath", "paths", "files", "target"}
+# A directory keeps its trailing slash (``./src/pkg/``): the slash is part of how it was named.
 _PATH_RE = re.compile(
-    r"(?<![\w.:/-])(?:~|\.{1,2})?/?(?:[\w.@+-]+/)+[\w.@+-]+|[\w@+-]+\.[A-Za-z]\w{0,5}\b"
+    r"(?<![\w.:/-])(?:~|\.{1,2})?/?(?:[\w.@+-]+/)+(?:[\w.@+-]+)?|[\w@+-]+\.[A-Za-z]\w{0,5}\b"
 )
 _ERROR_RE = re.compile(
-    r"(Traceback \(most recent call last\)|\b\w*Error\b:?|\bException\b|command not found|"
-    r"No such file or directory|\bFAILED\b|\bfatal:)"
+    r"(\b\w*(?:Error|Exception)\b|command not found|No such file or directory|\bFAILED\b|"
+    r"ERROR|\bfatal:|exit (?:code|status):? *[1-9]|non-zero|Segmentation fault)"
 )
+# An exception line proper: ``ValueError: bad input`` (what a traceback ends with).
+_EXCEPTION_RE = re.compile(r"^(?:[\w.]*\.)?[A-Z]\w*(?:Error|Exception)\b")
+# Lines a file viewer or a traceback shows as code, not as the error itself.
+_CODE_RE = re.compile(r"^(?:\d+[:|\s]|raise\b|except\b|class\b|def\b|import\b|from\b|#|//|\*|>>>)")
+_TRACEBACK = "Traceback (most recent call last)"
+_TRACE_FILE_RE = re.compile(r'File "([^"]+)", line \d+')
+_SHELL_TOOLS = {"execute_bash", "bash", "run", "execute_command", "shell", "terminal"}
+_SEGMENT_RE = re.compile(r"&&|\|\||;|\||\n")
+_FENCE_RE = re.compile(r"```[\w-]*\n(.*?)```", re.S)
+_COMMANDS_RE = re.compile(r"^- commands run: (.*)$")
 _TOOLS_RE = re.compile(r"^- tools called: (.*)$")
 _TOOL_COUNT_RE = re.compile(r"([^\s,]+) x(\d+)")
 _TRIM_RE = re.compile(r"^- \((\d+) (?:earlier|more) (?:requests|errors|files) omitted\)$")
@@ -95,15 +106,60 @@ def _paths_in_call(call: ToolCallPart) -> list[str]:
     return list(dict.fromkeys(_paths_in_value(parsed)))
 
 
-def _error_line(text: str) -> str | None:
-    for line in text.splitlines():
+def _error_lines(text: str, limit: int = 3) -> list[str]:
+    """The error lines of an output, most telling first: the exception line a traceback
+    ends with, then the others, skipping the traceback header and lines of code a viewer
+    shows; de-duplicated, at most ``limit``."""
+    found: list[str] = []
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith(_TRACEBACK) or _CODE_RE.match(line):
+            continue
+        if " raise " in f" {line} " or "except " in line:
+            continue
         if _ERROR_RE.search(line):
-            return clip(line.strip(), 240)
-    return None
+            found.append(line)
+    exceptions = [ln for ln in reversed(found) if _EXCEPTION_RE.match(ln)]
+    ordered = list(dict.fromkeys(exceptions + found))
+    return [clip(ln, 240) for ln in ordered[:limit]]
+
+
+def _command_words(command: str) -> list[str]:
+    """First word of each shell command segment (``VAR=value`` prefixes skipped)."""
+    words = []
+    for segment in _SEGMENT_RE.split(command):
+        tokens = [t for t in segment.strip().split() if not re.match(r"^\w+=", t)]
+        if tokens and re.match(r"^[\w./-]+$", tokens[0]):
+            words.append(tokens[0].rsplit("/", 1)[-1])
+    return words
+
+
+def _call_commands(call: ToolCallPart) -> list[str]:
+    if call.name not in _SHELL_TOOLS:
+        return []
+    try:
+        args = json.loads(call.arguments) if call.arguments else {}
+    except ValueError:
+        return _command_words(call.arguments)
+    command = args.get("command") or args.get("cmd") if isinstance(args, dict) else None
+    return _command_words(command) if isinstance(command, str) else []
 
 
 def _bullets(lines: list[str]) -> list[str]:
-    return [ln for ln in lines if ln.startswith("- ") and ln != _NONE and not _TRIM_RE.match(ln)]
+    """The bullets of a section, each with its continuation lines (a multi-line quote
+    stays whole when a summary is summarized again)."""
+    out: list[str] = []
+    keep = False
+    for ln in lines:
+        if ln.startswith("- "):
+            keep = ln != _NONE and not _TRIM_RE.match(ln)
+            if keep:
+                out.append(ln)
+        elif keep and ln.startswith("  ") and out:
+            out[-1] += "\n" + ln
+        else:
+            keep = False
+    return out
 
 
 def _omitted(lines: list[str]) -> int:
@@ -135,14 +191,26 @@ class _Caps:
     last_message_chars: int
 
     def halved(self) -> _Caps:
-        # The floor keeps the task statement and the last assistant message, briefly, and
-        # reduces every list to its count.
-        return _Caps(
+        # Long quotes go first: a fact list (paths, errors) costs a few tokens an entry,
+        # a quote costs hundreds, so the quotes are halved to their floor before any list
+        # shrinks. The floor keeps the task statement and the last assistant message,
+        # briefly, and three entries of every list: an emptied list would stay empty, since
+        # the next summary builds on this one.
+        quotes = _Caps(
             max(self.request_chars // 2, 120),
-            self.max_requests // 2,
-            self.max_errors // 2,
-            self.max_files // 2,
+            self.max_requests,
+            self.max_errors,
+            self.max_files,
             max(self.last_message_chars // 2, 120),
+        )
+        if quotes != self:
+            return quotes
+        return _Caps(
+            self.request_chars,
+            max(self.max_requests // 2, min(self.max_requests, 3)),
+            max(self.max_errors // 2, min(self.max_errors, 3)),
+            max(self.max_files // 2, min(self.max_files, 3)),
+            self.last_message_chars,
         )
 
 
@@ -232,16 +300,23 @@ class ExtractiveSummarizer:
         files = _bullets(prev.get(HEADINGS[5], []))
         file_dropped = _omitted(prev.get(HEADINGS[5], []))
         tools: Counter[str] = Counter()
+        commands: Counter[str] = Counter()
         condensed = 0
         for line in prev.get(HEADINGS[1], []):
             m = _TOOLS_RE.match(line)
             if m:
                 tools.update({n: int(c) for n, c in _TOOL_COUNT_RE.findall(m.group(1))})
+            mc = _COMMANDS_RE.match(line)
+            if mc:
+                commands.update({n: int(c) for n, c in _TOOL_COUNT_RE.findall(mc.group(1))})
             m2 = re.match(r"^- (\d+) messages condensed", line)
             if m2:
                 condensed = int(m2.group(1))
         last_assistant: tuple[int, str] | None = None
         first_seq = last_seq = None
+        # Paths that outputs mention (tracebacks) rank after those the agent named: when the
+        # list is capped, what the agent worked on stays.
+        seen_in_output: list[str] = []
 
         for stored in events:
             msg = stored.event
@@ -256,16 +331,25 @@ class ExtractiveSummarizer:
             for part in msg.parts:
                 if isinstance(part, ToolCallPart):
                     tools[part.name] += 1
+                    commands.update(_call_commands(part))
                     files.extend(f"- {p}" for p in _paths_in_call(part))
                 elif isinstance(part, ToolResultPart):
-                    err_line = _error_line(part.output)
-                    if part.is_error or part.state != "completed" or err_line:
-                        what = err_line or clip(part.output.strip(), 240) or part.state
-                        errors.append(f"- [{stored.seq}] {part.name or 'tool'}: {what}")
+                    lines = _error_lines(part.output)
+                    if not lines and (part.is_error or part.state != "completed"):
+                        lines = [clip(part.output.strip(), 240) or part.state]
+                    tool = part.name or "tool"
+                    errors.extend(f"- [{stored.seq}] {tool}: {ln}" for ln in lines)
+                    seen_in_output.extend(f"- {p}" for p in _TRACE_FILE_RE.findall(part.output))
             if msg.role == "user":
-                err_line = _error_line(msg.text)
-                if err_line:
-                    errors.append(f"- [{stored.seq}] {err_line}")
+                errors.extend(f"- [{stored.seq}] {ln}" for ln in _error_lines(msg.text))
+                seen_in_output.extend(f"- {p}" for p in _TRACE_FILE_RE.findall(msg.text))
+            if msg.role == "assistant" and msg.text.strip():
+                # Paths the assistant names and commands it writes out (text-mode agents).
+                files.extend(f"- {p}" for p in _paths_in_value(msg.text))
+                if not msg.tool_calls:
+                    blocks = _FENCE_RE.findall(msg.text)
+                    if blocks:
+                        commands.update(_command_words(blocks[-1]))
             if msg.role == "assistant" and (msg.text.strip() or msg.tool_calls):
                 calls = ", ".join(f"{c.name}({clip(c.arguments, 200)})" for c in msg.tool_calls)
                 text = msg.text.strip()
@@ -273,6 +357,8 @@ class ExtractiveSummarizer:
                 last_assistant = (stored.seq, body)
 
         files = list(dict.fromkeys(files))
+        named = set(files)
+        files += [f for f in dict.fromkeys(seen_in_output) if f not in named]
         sections: dict[str, list[str]] = {}
         sections[HEADINGS[0]] = _bounded(
             requests, 1, caps.max_requests, "earlier requests", req_dropped
@@ -282,6 +368,9 @@ class ExtractiveSummarizer:
         done = [f"- {condensed} messages condensed so far"]
         if tools:
             done.append("- tools called: " + ", ".join(f"{n} x{c}" for n, c in tools.most_common()))
+        if commands:
+            top = commands.most_common(40)
+            done.append("- commands run: " + ", ".join(f"{n} x{c}" for n, c in top))
         prev_progress = prev.get(HEADINGS[1], [])
         in_progress = [ln for ln in _after(prev_progress, "In progress:") if ln.startswith("- ")]
         if last_assistant is not None:

@@ -1,0 +1,126 @@
+"""The extractive summary keeps the facts an agent needs, through any number of rounds.
+
+Each test builds its session here; none depends on the corpus.
+"""
+
+from __future__ import annotations
+
+from condensers import ExtractiveSummarizer
+from eventstore import EventStore, Message, ToolCallPart
+
+TRACEBACK = """Traceback (most recent call last):
+  File "/repo/src/ledger/io.py", line 12, in load
+    return parse(text)
+  File "/repo/src/ledger/parse.py", line 40, in parse
+    raise ValueError("bad header")
+ValueError: bad header
+"""
+VIEWER = """[File: src/ledger/parse.py (60 lines total)]
+38:    if not text:
+39:        # raise ValueError when empty
+40:        raise ValueError("bad header")
+"""
+
+
+TEXT_MODE_REPLY = (
+    "Let me look at ./src/pkg/ and tests/test_api.py.\n"
+    + "```bash\ncd src && grep -rn TODO . | head\n```"
+)
+
+
+def _shell(call_id: str, command: str) -> Message:
+    return Message.assistant(
+        None, [ToolCallPart(id=call_id, name="bash", arguments=f'{{"command": "{command}"}}')]
+    )
+
+
+def _events(store: EventStore, sid: str) -> list:
+    return list(store.read(sid))
+
+
+def test_error_lines_prefer_the_exception_and_skip_code(store: EventStore) -> None:
+    sid = store.create_session().id
+    store.append(
+        sid,
+        [
+            Message.user("Fix the loader."),
+            _shell("c1", "python -m ledger load data.csv"),
+            Message.tool("c1", TRACEBACK + "Error: exit code 1\n", name="bash"),
+            _shell("c2", "cat -n src/ledger/parse.py"),
+            Message.tool("c2", VIEWER, name="bash"),
+            _shell("c3", "python -m ledger load data.csv"),
+            Message.tool("c3", TRACEBACK, name="bash"),  # the same error again
+        ],
+    )
+    text = ExtractiveSummarizer().summarize(None, _events(store, sid)).text
+    errors = text.split("## Errors and fixes", 1)[1].split("##", 1)[0]
+    lines = [ln for ln in errors.splitlines() if ln.startswith("- ")]
+    assert lines[0].endswith("ValueError: bad header")  # the exception line, first
+    assert any("exit code 1" in ln for ln in lines)
+    assert "Traceback (most recent call last)" not in errors  # the header is no error
+    assert "40:" not in errors and "raise ValueError" not in errors  # shown code is not either
+    # Paths named in a traceback are kept (after those the agent named itself).
+    assert "/repo/src/ledger/parse.py" in text and "data.csv" in text
+
+
+def test_paths_and_commands_from_text_mode_agents(store: EventStore) -> None:
+    sid = store.create_session().id
+    store.append(
+        sid,
+        [
+            Message.user("Make the tests pass."),
+            Message.assistant(TEXT_MODE_REPLY),
+            Message.user("src/pkg/api.py:3: # TODO"),
+        ],
+    )
+    text = ExtractiveSummarizer().summarize(None, _events(store, sid)).text
+    assert "./src/pkg/" in text and "tests/test_api.py" in text
+    assert "commands run:" in text
+    for word in ("cd", "grep", "head"):
+        assert f"{word} x1" in text
+
+
+def test_facts_survive_five_condensations(store: EventStore) -> None:
+    """Multi-line requests, errors and paths of every round are still there after the
+    fifth summary of summaries."""
+    sid = store.create_session().id
+    summarizer = ExtractiveSummarizer()
+    summary = None
+    facts: list[str] = []
+    for round_ in range(5):
+        start = store.head(sid)
+        request = f"Round {round_}: rename the field.\nKeep API v{round_} stable."
+        store.append(
+            sid,
+            [
+                Message.user(request),
+                _shell(f"r{round_}", f"cat src/mod_{round_}.py"),
+                Message.tool(f"r{round_}", f"KeyError: 'field_{round_}'", name="bash"),
+                Message.assistant(f"Done with round {round_}."),
+            ],
+        )
+        facts += [
+            f"Keep API v{round_} stable.",
+            f"src/mod_{round_}.py",
+            f"KeyError: 'field_{round_}'",
+        ]
+        new = [e for e in store.read(sid) if e.seq > start]
+        summary = summarizer.summarize(summary, new).text
+    for fact in facts:
+        assert fact in summary, fact
+
+
+def test_lists_keep_three_entries_under_pressure(store: EventStore) -> None:
+    sid = store.create_session().id
+    batch = [Message.user("Fix everything. " + "context " * 400)]
+    for i in range(12):
+        batch += [
+            _shell(f"c{i}", f"cat src/file_{i}.py"),
+            Message.tool(f"c{i}", f"OSError: disk {i} failed", name="bash"),
+        ]
+    store.append(sid, batch)
+    tight = ExtractiveSummarizer().summarize(None, _events(store, sid), limit_tokens=150)
+    files = tight.text.split("## Files and resources touched", 1)[1].split("##", 1)[0]
+    errors = tight.text.split("## Errors and fixes", 1)[1].split("##", 1)[0]
+    assert sum(ln.startswith("- src/") for ln in files.splitlines()) >= 3
+    assert sum("OSError" in ln for ln in errors.splitlines()) >= 3
