@@ -95,7 +95,20 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
         yield f"sqlite:///{tmp_path / 'events.db'}"
     else:
         require_pg()
+        _upgrade_pg_once()
         yield PG_URL
+
+
+_pg_upgraded = False
+
+
+def _upgrade_pg_once() -> None:
+    """Bring the shared test Postgres to this code's schema (SQLite files upgrade on open;
+    a test that opens a store without ``upgrade=True`` must not depend on test order)."""
+    global _pg_upgraded
+    if not _pg_upgraded:
+        EventStore(PG_URL, upgrade=True).close()
+        _pg_upgraded = True
 
 
 @pytest.fixture
