@@ -460,6 +460,43 @@ def append(
 
     segments: list[Segment] | None = None
     now = utcnow()
+    event_rows, part_rows, prunes, prev, seq = build_rows(
+        session_id, head, head_hash, encoded, idempotency_key, batch_hash, now
+    )
+    # One row goes through the single-row path; lists take the executemany path.
+    conn.execute(_INSERT_EVENTS, event_rows[0] if len(event_rows) == 1 else event_rows)
+    if part_rows:
+        conn.execute(_INSERT_PARTS, part_rows[0] if len(part_rows) == 1 else part_rows)
+    attached = {d: b for enc in encoded for d, b in enc.blobs.items()}
+    if attached:
+        _blobs.save(conn, tenant, attached)
+    if prunes:
+        segments = lineage(conn, tenant, session_id)
+        for prune_seq, prune, created in prunes:
+            _apply_prune(conn, session_id, segments, prune_seq, prune, created)
+    # updated_at follows the newest event's time (the caller's, when it gave one).
+    newest = event_rows[-1]["created_at"]
+    conn.execute(_SET_HEAD, {"sid": session_id, "new_seq": seq, "new_hash": prev, "now": newest})
+    return AppendResult(seqs=list(range(head + 1, seq + 1)), head_seq=seq, head_hash=prev)
+
+
+Rows = list[dict[str, Any]]
+
+
+def build_rows(
+    session_id: str,
+    head: int,
+    head_hash: str | None,
+    encoded: list[Encoded],
+    idempotency_key: str | None,
+    batch_hash: str | None,
+    now: datetime,
+) -> tuple[
+    list[dict[str, Any]], list[dict[str, Any]], list[tuple[int, Prune, datetime]], str | None, int
+]:
+    """The ``events`` and ``parts`` rows of a batch appended after ``head``: seqs, ids,
+    times and the hash chain. Returns them with the prunes to apply, the new head hash and
+    the new head seq."""
     event_rows: list[dict[str, Any]] = []
     part_rows: list[dict[str, Any]] = []
     prunes: list[tuple[int, Prune, datetime]] = []
@@ -493,21 +530,7 @@ def append(
         check_references(evt, seq, f"events[{i}].")
         if isinstance(evt, Prune):
             prunes.append((seq, evt, created))
-    # One row goes through the single-row path; lists take the executemany path.
-    conn.execute(_INSERT_EVENTS, event_rows[0] if len(event_rows) == 1 else event_rows)
-    if part_rows:
-        conn.execute(_INSERT_PARTS, part_rows[0] if len(part_rows) == 1 else part_rows)
-    attached = {d: b for enc in encoded for d, b in enc.blobs.items()}
-    if attached:
-        _blobs.save(conn, tenant, attached)
-    if prunes:
-        segments = lineage(conn, tenant, session_id)
-        for prune_seq, prune, created in prunes:
-            _apply_prune(conn, session_id, segments, prune_seq, prune, created)
-    # updated_at follows the newest event's time (the caller's, when it gave one).
-    newest = event_rows[-1]["created_at"]
-    conn.execute(_SET_HEAD, {"sid": session_id, "new_seq": seq, "new_hash": prev, "now": newest})
-    return AppendResult(seqs=list(range(head + 1, seq + 1)), head_seq=seq)
+    return event_rows, part_rows, prunes, prev, seq
 
 
 def _apply_prune(

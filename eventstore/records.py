@@ -87,6 +87,8 @@ class AppendResult(BaseModel):
     """The seqs written (or, for a repeated idempotency key, written the first time)."""
     head_seq: int
     """The session head after the append."""
+    head_hash: str | None = None
+    """The hash of the event at the new head (``None`` for a replayed or empty append)."""
     replayed: bool = False
     """True when the idempotency key matched an earlier append and nothing was written."""
 

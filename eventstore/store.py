@@ -44,11 +44,12 @@ from ._engine import (
     map_db_error,
     resolve_url,
 )
+from ._fast import HeadCache, try_fast
 from ._feed import FeedMethods, afollow
 from ._runtime import RuntimeMethods
 from ._search import SearchMethods
 from ._sessions import SessionMethods, audit_for_async, read_event_expanded, read_page_expanded
-from ._twins import awaitable, streaming
+from ._twins import awaitable, calibrated_tokens, record_llm_call, streaming
 from .codec import Encoded, check_text, decode_event, encode, format_ts
 from .errors import (
     ConfigurationError,
@@ -193,6 +194,7 @@ class EventStore(SessionMethods, RuntimeMethods, FeedMethods, SearchMethods):
                 f"blob_threshold: a positive number of bytes or None, not {blob_threshold!r}"
             )
         self.blob_threshold = blob_threshold
+        self._heads = HeadCache()  # the head this store's appends left, per session
         self._schema_lock = threading.Lock()
         self._schema_pending: bool | None = None  # the upgrade flag, until the schema is open
         if engine is None:
@@ -444,16 +446,16 @@ class EventStore(SessionMethods, RuntimeMethods, FeedMethods, SearchMethods):
         """Like :meth:`append`, returning the new head and whether it was a replay."""
         _check_int("expected_seq", expected_seq)
         encoded = self._encode(events)
+        if (fast := try_fast(self, session_id, encoded, expected_seq, idempotency_key)) is not None:
+            return fast
         try:
-            return self._run(
-                _sql.append,
-                self.tenant,
-                session_id,
-                encoded,
-                expected_seq=expected_seq,
-                idempotency_key=idempotency_key,
-                write=True,
-            )
+            result = self._run(
+                _sql.append, self.tenant, session_id, encoded, write=True,
+                expected_seq=expected_seq, idempotency_key=idempotency_key,
+            )  # fmt: skip
+            if result.head_hash is not None:
+                self._heads.put(session_id, result.head_seq, result.head_hash)
+            return result
         except StorageBusyError:
             raise
         except StorageError:
@@ -779,21 +781,3 @@ class AsyncEventStore:
     read_tail = awaitable(EventStore.read_tail)
     index_search = awaitable(EventStore.index_search)
     search = awaitable(EventStore.search)
-
-
-# --------------------------------------------------------------------------- functions
-
-
-def record_llm_call(
-    store: EventStore, session_id: str, view: View, response: Any = None, **kwargs: Any
-) -> int:
-    """``store.record_llm_call(session_id, view, response, ...)``, as a function.
-
-    Works with either store: with an :class:`AsyncEventStore` it returns the coroutine.
-    """
-    return store.record_llm_call(session_id, view, response, **kwargs)
-
-
-def calibrated_tokens(store: EventStore, view: View) -> int:
-    """``store.calibrated_tokens(view)``, as a function (a coroutine for the async store)."""
-    return store.calibrated_tokens(view)
