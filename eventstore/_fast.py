@@ -104,9 +104,14 @@ class HeadCache:
         self._heads.pop(session_id, None)
 
 
+#: Larger batches go the ordinary way: there ``executemany`` pipelines the rows, while one
+#: statement with thousands of parameters costs more to parse than the round trips it saves.
+MAX_FAST_BATCH = 16
+
+
 def eligible(encoded: Sequence[Encoded], idempotency_key: str | None) -> bool:
     """Whether a batch may take the fast path."""
-    if idempotency_key is not None or not encoded:
+    if idempotency_key is not None or not encoded or len(encoded) > MAX_FAST_BATCH:
         return False
     return not any(e.blobs or isinstance(e.event, Prune) for e in encoded)
 

@@ -182,9 +182,11 @@ feed = Table(
     Column("session_id", String(36), nullable=False),
     Column("from_seq", Integer, nullable=False),
     Column("to_seq", Integer, nullable=False),
-    PrimaryKeyConstraint("tenant", "position_start"),
-    Index(None, "tenant", "position_end"),
+    # Keyed by the range's end: "after position P" and "the newest position" are both
+    # probes of this key, so no second index has to be written on every append.
+    PrimaryKeyConstraint("tenant", "position_end"),
     Index(None, "session_id", "position_end"),
+    sqlite_with_rowid=False,
 )
 
 feed_pending = Table(

@@ -71,10 +71,8 @@ def upgrade() -> None:
         sa.Column("session_id", sa.String(length=36), nullable=False),
         sa.Column("from_seq", sa.Integer(), nullable=False),
         sa.Column("to_seq", sa.Integer(), nullable=False),
-        sa.PrimaryKeyConstraint("tenant", "position_start", name=op.f("pk_feed")),
-    )
-    op.create_index(
-        op.f("ix_feed_tenant_position_end"), "feed", ["tenant", "position_end"], unique=False
+        sa.PrimaryKeyConstraint("tenant", "position_end", name=op.f("pk_feed")),
+        sqlite_with_rowid=False,
     )
     op.create_index(
         op.f("ix_feed_session_id_position_end"),
@@ -135,5 +133,4 @@ def downgrade() -> None:
     op.drop_index(op.f("ix_feed_pending_tenant"), table_name="feed_pending")
     op.drop_table("feed_pending")
     op.drop_index(op.f("ix_feed_session_id_position_end"), table_name="feed")
-    op.drop_index(op.f("ix_feed_tenant_position_end"), table_name="feed")
     op.drop_table("feed")
