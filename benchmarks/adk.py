@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from .harness import load_average, log, machine_info
+from .raw import fresh_pg_database
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/eventstore_bench_adk"
@@ -117,23 +118,6 @@ async def _measure(name: str, make: Any, sizes: list[int], repeat: int) -> dict[
     return row
 
 
-def _fresh_pg(url: str) -> str:
-    import psycopg
-    from sqlalchemy.engine import make_url
-
-    from .raw import pg_conninfo
-
-    u = make_url(url).set(drivername="postgresql+psycopg")
-    name = u.database or ""
-    if "bench" not in name:
-        raise SystemExit(f"refusing to drop database {name!r}: its name must contain 'bench'")
-    admin = pg_conninfo(u.set(database="postgres").render_as_string(hide_password=False))
-    with psycopg.connect(**admin, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{name}"')
-    return u.render_as_string(hide_password=False)
-
-
 def render(data: dict[str, Any]) -> str:
     sizes = data["sizes"]
     head = " | ".join(f"{n:,} events (ms)" for n in sizes)
@@ -185,7 +169,7 @@ def main(argv: list[str]) -> int:
         adk_name = "ADK DatabaseSessionService (SQLite)"
         rows.append(asyncio.run(_measure(adk_name, adk_sqlite, sizes, repeat)))
         if not args.no_postgres:
-            url = _fresh_pg(args.pg_url)
+            url = fresh_pg_database(args.pg_url)
 
             async def ours_pg() -> Any:
                 store = AsyncEventStore(url, upgrade=True)

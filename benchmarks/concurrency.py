@@ -31,7 +31,7 @@ from typing import Any
 from sqlalchemy.engine import make_url
 
 from .harness import load_average, log, machine_info, package_versions
-from .raw import RawPostgres, RawSQLite, pg_analyze
+from .raw import RawPostgres, RawSQLite, fresh_pg_database, pg_analyze
 from .workload import raw_payload, step, to_message
 
 HERE = Path(__file__).resolve().parent
@@ -181,22 +181,6 @@ def _prepare(url: str, max_writers: int, fresh_raw: Callable[[], Any]) -> list[s
     return sessions
 
 
-def _pg_database(url: str) -> str:
-    import psycopg
-
-    from .raw import pg_conninfo
-
-    u = make_url(url).set(drivername="postgresql+psycopg")
-    name = u.database or ""
-    if "bench" not in name:
-        raise SystemExit(f"refusing to drop database {name!r}: its name must contain 'bench'")
-    admin = pg_conninfo(u.set(database="postgres").render_as_string(hide_password=False))
-    with psycopg.connect(**admin, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{name}"')
-    return u.render_as_string(hide_password=False)
-
-
 def measure(
     backend: str, url: str, fresh_raw: Callable[[], Any], writers: list[int], seconds: float
 ) -> list[dict[str, Any]]:
@@ -294,7 +278,7 @@ def main(argv: list[str]) -> int:
             seconds,
         )
         if not args.no_postgres:
-            pg_url = _pg_database(args.pg_url)
+            pg_url = fresh_pg_database(args.pg_url)
             raw = RawPostgres(pg_url)
             pg_version = raw.server_version()
             raw.close()

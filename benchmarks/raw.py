@@ -170,6 +170,22 @@ class StoreSQL:
         self.conn.close()
 
 
+def fresh_pg_database(url: str) -> str:
+    """Drop and recreate the benchmark database ``url`` names (its name must contain
+    ``bench``: a benchmark never drops anything else); returns the URL."""
+    import psycopg
+
+    u = make_url(url).set(drivername="postgresql+psycopg")
+    name = u.database or ""
+    if "bench" not in name:
+        raise SystemExit(f"refusing to drop database {name!r}: its name must contain 'bench'")
+    admin = pg_conninfo(u.set(database="postgres").render_as_string(hide_password=False))
+    with psycopg.connect(**admin, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{name}"')
+    return u.render_as_string(hide_password=False)
+
+
 def pg_analyze(url: str) -> None:
     """``ANALYZE`` a Postgres database (what autovacuum's autoanalyze would have done).
 

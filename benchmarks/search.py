@@ -26,11 +26,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy.engine import make_url
-
 from eventstore import EventStore, Message, PartRef, Prune, ToolResultPart
 
 from .harness import load_average, log, machine_info, package_versions
+from .raw import fresh_pg_database
 from .workload import step, to_message
 
 HERE = Path(__file__).resolve().parent
@@ -55,22 +54,6 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     if args.events is not None and args.events < 100:
         p.error("--events: use at least 100")
     return args
-
-
-def _fresh_pg(url: str) -> str:
-    import psycopg
-
-    from .raw import pg_conninfo
-
-    u = make_url(url).set(drivername="postgresql+psycopg")
-    name = u.database or ""
-    if "bench" not in name:
-        raise SystemExit(f"refusing to drop database {name!r}: its name must contain 'bench'")
-    admin = pg_conninfo(u.set(database="postgres").render_as_string(hide_password=False))
-    with psycopg.connect(**admin, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{name}"')
-    return u.render_as_string(hide_password=False)
 
 
 def _build(store: EventStore, n: int) -> tuple[str, int, float]:
@@ -186,7 +169,7 @@ def main(argv: list[str]) -> int:
         machine = machine_info(Path(tmp), None)
         results.append(measure("sqlite", f"sqlite:///{Path(tmp) / 'search.db'}", n, repeat))
     if not args.no_postgres:
-        results.append(measure("postgres", _fresh_pg(args.pg_url), n, repeat))
+        results.append(measure("postgres", fresh_pg_database(args.pg_url), n, repeat))
     data = {
         "smoke": args.smoke,
         "machine": machine,

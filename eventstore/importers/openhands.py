@@ -37,6 +37,19 @@ _OH_TOOL_ACTIONS = {
 }
 
 
+def parse_time(ts: Any, where: str) -> datetime | None:
+    """An OpenHands event's ``timestamp`` (ISO text, naive meaning UTC), or ``None``."""
+    if ts is None:
+        return None
+    if not isinstance(ts, str):
+        raise _fail(where, f"timestamp: expected a string, got {type(ts).__name__}")
+    try:
+        value = datetime.fromisoformat(ts)
+    except ValueError:
+        raise _fail(where, f"timestamp: not an ISO date {ts!r}") from None
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
 def _looks_openhands(items: list[Any]) -> bool:
     for item in items[:5]:
         if isinstance(item, dict):
@@ -116,17 +129,7 @@ class _OpenHands:
     # -- helpers
 
     def _time(self, raw: dict[str, Any], where: str) -> datetime | None:
-        ts = raw.get("timestamp")
-        if ts is None:
-            return None
-        if not isinstance(ts, str):
-            raise _fail(where, f"timestamp: expected a string, got {type(ts).__name__}")
-        try:
-            value = datetime.fromisoformat(ts)
-        except ValueError:
-            raise _fail(where, f"timestamp: not an ISO date {ts!r}") from None
-        # OpenHands writes naive UTC timestamps.
-        return value if value.tzinfo else value.replace(tzinfo=UTC)
+        return parse_time(raw.get("timestamp"), where)
 
     @staticmethod
     def _args(raw: dict[str, Any], key: str, skip: set[str]) -> dict[str, Any]:

@@ -16,7 +16,7 @@ JSONL with one event per line, and evaluation output (JSONL or JSON, one run wit
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,7 @@ from ..events import (
     ToolResultPart,
 )
 from ._loading import Transcript, _fail, _Loaded
+from .openhands import parse_time
 
 _RESULT_KINDS = {"ObservationEvent", "AgentErrorEvent", "UserRejectObservation"}
 _LLM_KINDS = {"SystemPromptEvent", "MessageEvent", "ActionEvent"} | _RESULT_KINDS
@@ -123,7 +124,7 @@ class _Convert:
             kind = raw.get("kind")
             if not isinstance(kind, str):
                 raise _fail(where, "kind: missing (a V1 event names its kind)")
-            when = _time(raw.get("timestamp"), where)
+            when = parse_time(raw.get("timestamp"), where)
             if kind == "ActionEvent":
                 self._action(raw, when, where)
                 continue
@@ -210,15 +211,3 @@ class _Convert:
             is_error=error,
         )
         self.out.append(Message(role="tool", parts=[part], created_at=when))
-
-
-def _time(ts: Any, where: str) -> datetime | None:
-    if ts is None:
-        return None
-    if not isinstance(ts, str):
-        raise _fail(where, f"timestamp: expected a string, got {type(ts).__name__}")
-    try:
-        value = datetime.fromisoformat(ts)
-    except ValueError:
-        raise _fail(where, f"timestamp: not an ISO date {ts!r}") from None
-    return value if value.tzinfo else value.replace(tzinfo=UTC)
