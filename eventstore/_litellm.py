@@ -17,6 +17,7 @@ __all__ = [
     "model_info",
     "register_model",
     "custom_logger_class",
+    "remove_callback",
     "count_tokens",
     "completion",
     "acompletion",
@@ -58,6 +59,28 @@ def custom_logger_class() -> type:
     from litellm.integrations.custom_logger import CustomLogger
 
     return CustomLogger
+
+
+def remove_callback(callback: Any) -> None:
+    """Take ``callback`` out of every list litellm keeps callbacks in (setting
+    ``litellm.callbacks`` alone leaves it registered for success and failure events)."""
+    litellm = import_litellm()
+    litellm.callbacks = [c for c in litellm.callbacks if c is not callback]
+    manager = getattr(litellm, "logging_callback_manager", None)
+    if manager is not None and hasattr(manager, "remove_callback_from_all_lists"):
+        manager.remove_callback_from_all_lists(callback)
+        return
+    for name in (
+        "success_callback",
+        "failure_callback",
+        "input_callback",
+        "_async_success_callback",
+        "_async_failure_callback",
+        "_async_input_callback",
+    ):
+        current = getattr(litellm, name, None)
+        if isinstance(current, list):
+            setattr(litellm, name, [c for c in current if c is not callback])
 
 
 def register_model(entries: dict[str, dict[str, Any]]) -> None:

@@ -15,11 +15,20 @@ from eventstore.adapters.litellm import EventStoreLogger
 
 @pytest.fixture
 def callbacks() -> Iterator[None]:
+    """Loggers a test installs are removed from every litellm list afterwards (a logger
+    left behind would record later tests' calls into a closed store)."""
     saved = list(litellm.callbacks)
     try:
         yield
     finally:
+        for cb in list(litellm.callbacks):
+            if isinstance(cb, EventStoreLogger):
+                cb.uninstall()
         litellm.callbacks = saved
+
+
+def _user(text: str) -> dict[str, str]:
+    return {"role": "user", "content": text}
 
 
 def _kinds(store: EventStore, sid: str) -> list[str]:
@@ -112,6 +121,24 @@ def test_acompletion_is_recorded_with_the_async_store(db_url: str, callbacks: No
             return [e.kind async for e in store.read(sid)]
 
     assert asyncio.run(main()) == ["message", "llm_call", "message"]
+
+
+def test_uninstall_stops_recording(store: EventStore, callbacks: None) -> None:
+    sid = store.create_session().id
+    logger = EventStoreLogger(store, sid)
+    litellm.callbacks = [logger]
+    litellm.completion(
+        model="gpt-4o-mini", messages=[{"role": "user", "content": "a"}], mock_response="b"
+    )
+    assert logger.flush()
+    logger.uninstall()
+    litellm.completion(
+        model="gpt-4o-mini", messages=[{"role": "user", "content": "c"}], mock_response="d"
+    )
+    import time
+
+    time.sleep(0.3)
+    assert [e.kind for e in store.read(sid)] == ["message", "llm_call", "message"]
 
 
 def test_an_unknown_session_fails_at_construction(store: EventStore) -> None:

@@ -73,9 +73,9 @@ class EventStoreLogger(CustomLogger):
         self.store: EventStore = store.sync if isinstance(store, AsyncEventStore) else store
         self.session_id = session_id
         self.store.get_session(session_id)  # fail now, not in a callback thread
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # one record at a time, in call order
         self._pending = 0
-        self._idle = threading.Condition(self._lock)
+        self._idle = threading.Condition()  # guards _pending only: never waits on a write
         self.errors: list[BaseException] = []
         """Exceptions raised while recording (callbacks must not raise into litellm)."""
 
@@ -103,8 +103,12 @@ class EventStoreLogger(CustomLogger):
         await asyncio.to_thread(self._record, kwargs, None, start_time, end_time, error)
 
     def log_pre_api_call(self, model: Any, messages: Any, kwargs: Any) -> None:
-        with self._lock:
+        with self._idle:
             self._pending += 1
+
+    def uninstall(self) -> None:
+        """Stop recording: remove this logger from every litellm callback list."""
+        _litellm.remove_callback(self)
 
     # -- recording
 
