@@ -21,9 +21,19 @@ def callbacks() -> Iterator[None]:
     try:
         yield
     finally:
-        for cb in list(litellm.callbacks):
-            if isinstance(cb, EventStoreLogger):
-                cb.uninstall()
+        lists = (
+            "callbacks",
+            "success_callback",
+            "failure_callback",
+            "input_callback",
+            "_async_success_callback",
+            "_async_failure_callback",
+            "_async_input_callback",
+        )
+        for name in lists:
+            for cb in list(getattr(litellm, name, [])):
+                if isinstance(cb, EventStoreLogger):
+                    cb.uninstall()
         litellm.callbacks = saved
 
 

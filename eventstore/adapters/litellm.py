@@ -75,7 +75,9 @@ class EventStoreLogger(CustomLogger):
         self.store.get_session(session_id)  # fail now, not in a callback thread
         self._lock = threading.Lock()  # one record at a time, in call order
         self._pending = 0
+        self._started: set[str] = set()
         self._idle = threading.Condition()  # guards _pending only: never waits on a write
+        self._recorded: set[str] = set()  # litellm call ids: a call is recorded once
         self.errors: list[BaseException] = []
         """Exceptions raised while recording (callbacks must not raise into litellm)."""
 
@@ -103,8 +105,12 @@ class EventStoreLogger(CustomLogger):
         await asyncio.to_thread(self._record, kwargs, None, start_time, end_time, error)
 
     def log_pre_api_call(self, model: Any, messages: Any, kwargs: Any) -> None:
+        call_id = kwargs.get("litellm_call_id") if isinstance(kwargs, dict) else None
         with self._idle:
-            self._pending += 1
+            if call_id is None or call_id not in self._started:
+                self._pending += 1
+                if call_id is not None:
+                    self._started.add(call_id)
 
     def uninstall(self) -> None:
         """Stop recording: remove this logger from every litellm callback list."""
@@ -139,6 +145,12 @@ class EventStoreLogger(CustomLogger):
     def _record_locked(
         self, kwargs: Any, response: Any, start: Any, end: Any, error: BaseException | Any
     ) -> None:
+        call_id = kwargs.get("litellm_call_id")
+        if isinstance(call_id, str):
+            # litellm may hold a logger in more than one of its callback lists.
+            if call_id in self._recorded:
+                return
+            self._recorded.add(call_id)
         request = list(kwargs.get("messages") or [])
         new = self._new_messages(request)
         if new:
@@ -160,6 +172,7 @@ class EventStoreLogger(CustomLogger):
             error=None if error is None else f"{type(error).__name__}: {error}"[:2000],
             metadata={
                 "source": "litellm",
+                "litellm_call_id": call_id,
                 "request_fingerprint": sent_fp,
                 "request_matches_view": sent_fp == view.fingerprint(),
             },
