@@ -28,6 +28,9 @@ if TYPE_CHECKING:
     from eventstore.views import View, ViewItem
 
 __all__ = [
+    "SHORTENED",
+    "fit_summary",
+    "summary_room",
     "Trigger",
     "PlanContext",
     "Proposal",
@@ -57,6 +60,8 @@ class PlanContext:
         request_seq: Seq of the :class:`~eventstore.events.CondensationRequest` answered.
         token_counter: Counts summary tokens the way the store counts parts.
         force: Condense even when the view is under target (manual requests, overflows).
+        min_gain: Write nothing when the whole run would free less than this fraction of
+            the view and the view already fits the budget (``0``: no minimum).
     """
 
     trigger: Trigger = "threshold"
@@ -65,6 +70,7 @@ class PlanContext:
     request_seq: int | None = None
     token_counter: TokenCounter = field(default_factory=HeuristicTokenCounter)
     force: bool = False
+    min_gain: float = 0.0
 
     def target(self, budget: Budget, fraction: float = 0.5) -> int:
         """The target in tokens: explicit, or ``fraction`` of the budget."""
@@ -284,6 +290,65 @@ def condensation_for(
         **fields,
     )
     return evt, after
+
+
+SHORTENED = "[summary shortened to fit the context window]"
+"""The line that ends a summary :func:`fit_summary` had to cut."""
+
+
+def summary_room(view: View, forget: int, budget: Budget, ctx: PlanContext) -> int:
+    """Tokens a summary may use so that the view, cut at ``forget``, fits the budget."""
+    kept = sum(i.tokens for i in view.items if i.pinned)
+    kept += sum(i.tokens for i in [i for i in view.items if not i.pinned][forget:])
+    framing = MESSAGE_OVERHEAD + ctx.token_counter.count(view.options.summary_prefix)
+    return budget.available - kept - view.extra_tokens - framing
+
+
+def fit_summary(summary: str | None, room: int, counter: TokenCounter) -> str | None:
+    """``summary`` cut to at most ``room`` tokens (``None`` when not even a line fits).
+
+    A view that fits beats a complete summary: the model rejects one that does not. The
+    longest section loses its newest lines first, so every heading (and the start of
+    every list) survives as long as possible; a line saying the summary was shortened
+    ends the result.
+    """
+    if not summary or counter.count(summary) <= room or room < 0:
+        return summary  # (below 0 nothing fits, summary or not: keep what it knows)
+    budget = room - counter.count("\n" + SHORTENED)
+    if budget < 8:
+        return None
+    sections: list[list[str]] = [[]]
+    for line in summary.splitlines():
+        if line.startswith("#") and sections[-1]:
+            sections.append([])
+        sections[-1].append(line)
+
+    def text() -> str:
+        return "\n".join(ln for sec in sections for ln in sec).strip()
+
+    # Long quotes first (a list entry costs a few tokens, a quote hundreds), then entries.
+    while counter.count(text()) > budget:
+        sec, i = max(
+            ((sec, i) for sec in sections for i in range(len(sec))),
+            key=lambda at: len(at[0][at[1]]),
+        )
+        line = sec[i]
+        if len(line) <= 160:
+            break
+        half = len(line) // 4
+        sec[i] = f"{line[:half]} … {line[-half:]}"
+    while counter.count(text()) > budget:
+        longest = max(sections, key=lambda sec: (len(sec), sum(map(len, sec))))
+        body = len(longest) - (1 if longest[0].startswith("#") else 0)
+        if body <= 1:
+            break  # one line per section left: cut characters instead
+        longest.pop()
+    out = text()
+    if counter.count(out) > budget:
+        out = out[: max(budget, 0) * 3].rstrip()  # 3 chars a token: under any estimate
+        while out and counter.count(out) > budget:
+            out = out[: len(out) * 3 // 4].rstrip()
+    return f"{out}\n{SHORTENED}" if out else None
 
 
 def newly_forgotten(view: View, forget: int) -> list[Any]:

@@ -265,6 +265,9 @@ class Pipeline:
                     raise
                 planned = Planned(view=view)
                 out.error = f"{type(exc).__name__}: {exc}"
+            if planned.proposals and _too_little(view, planned.view, budget, ctx):
+                planned = Planned(view=view)
+                out.skipped = "too_little"
             out.tokens_after = planned.view.tokens
             out.view = planned.view
             out.steps = planned.records(view.seq)
@@ -282,6 +285,13 @@ class Pipeline:
                 continue
             out.view = replace(planned.view, seq=view.seq + len(events))
             return out
+
+
+def _too_little(before: View, after: View, budget: Budget, ctx: PlanContext) -> bool:
+    """Whether a run frees too little to be worth a new prompt prefix."""
+    if ctx.force or ctx.min_gain <= 0 or before.tokens > budget.available:
+        return False
+    return before.tokens - after.tokens < ctx.min_gain * before.tokens
 
 
 @dataclass

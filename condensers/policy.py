@@ -13,12 +13,20 @@ pipeline:
 * **overflow**: the model rejected the context (see :func:`complete`); condense to half
   of what was sent and retry once.
 
+Every condensation rewrites the prompt prefix, which costs the provider's prompt cache
+the whole view. So the policy condenses as rarely as it can: after a condensation the
+threshold waits until ``regrow`` of the budget is new (a view over the budget condenses at
+once), and a threshold or count run that would free less than ``min_gain`` of a view that
+still fits writes nothing. A summary is cut down (:func:`condensers.base.fit_summary`)
+rather than push a view that could fit over the budget.
+
 A circuit breaker stops automatic (threshold and count) condensation after
-``max_failures`` consecutive runs that failed to bring the view under the budget, and
-records a ``condenser.circuit_open`` event. Manual requests and overflows still run, and
-a successful run closes the breaker again. After ``retry_after_events`` more events the
-breaker lets one automatic attempt through (half-open); if it fails the breaker stays
-open for another ``retry_after_events``.
+``max_failures`` consecutive runs that left the view over the budget (or raised), and
+records a ``condenser.circuit_open`` event. A run that found nothing worth writing while
+the view fits is not a failure. Manual requests and overflows still run, and a
+successful run closes the breaker again. The breaker re-arms for one automatic attempt
+(half-open) once ``regrow`` of the budget is new since it opened, or after
+``retry_after_events`` events when that is set; if the attempt fails the wait restarts.
 
 The breaker's state lives in the log, not in the policy object: each failed automatic run
 appends ``condenser.circuit_failure`` (the count so far), the run that trips it
@@ -131,9 +139,17 @@ class CondensationPolicy:
         threshold: Condense when the view exceeds this fraction of the budget.
         target: Aim for this fraction of the budget after condensing.
         max_events: Condense when the view holds more messages than this (``None``: off).
-        max_failures: Consecutive failed automatic runs before the breaker opens.
-        retry_after_events: Events after which an open breaker allows one more automatic
-            attempt (``None``: stay open until a manual request or overflow succeeds).
+        regrow: Hysteresis, as a fraction of the budget: after a condensation the
+            threshold trigger waits until the view has grown by this much since it (a
+            view over the budget condenses at once). It also re-arms an open breaker.
+            Default: ``threshold - target``, the growth a fresh cycle needs.
+        min_gain: A threshold or count run that would free less than this fraction of
+            the view, while the view still fits, writes nothing (it would break the
+            prompt cache for little).
+        max_failures: Consecutive automatic runs that left the view over the budget (or
+            failed) before the breaker opens.
+        retry_after_events: Events after which an open breaker also allows one more
+            automatic attempt, whatever the growth (``None``: growth only).
         options: View options used to build and measure views.
         token_counter: Counts summary tokens (use the store's counter).
     """
@@ -146,8 +162,10 @@ class CondensationPolicy:
         threshold: float = 0.8,
         target: float = 0.5,
         max_events: int | None = None,
+        regrow: float | None = None,
+        min_gain: float = 0.1,
         max_failures: int = 3,
-        retry_after_events: int | None = 50,
+        retry_after_events: int | None = None,
         options: ViewOptions | None = None,
         token_counter: TokenCounter | None = None,
     ) -> None:
@@ -160,6 +178,15 @@ class CondensationPolicy:
         self.threshold = threshold
         self.target = target
         self.max_events = max_events
+        if regrow is None:
+            regrow = threshold - target
+        if not 0 <= regrow <= 1 or not 0 <= min_gain < 1:
+            raise ConfigurationError(
+                f"need 0 <= regrow <= 1 and 0 <= min_gain < 1, got regrow={regrow}, "
+                f"min_gain={min_gain}"
+            )
+        self.regrow = regrow
+        self.min_gain = min_gain
         self.max_failures = max_failures
         self.retry_after_events = retry_after_events
         self.options = options
@@ -184,11 +211,22 @@ class CondensationPolicy:
         breaker = Breaker.of(view)
         self._seen[view.session_id] = breaker
         opened = breaker.opened_at
+        regrow = self.budget.fraction(self.regrow)
         if opened is not None:
-            if self.retry_after_events is None or view.seq - opened < self.retry_after_events:
+            waited = self.retry_after_events is not None and (
+                view.seq - opened >= self.retry_after_events
+            )
+            if not waited and grown_since(view, opened) < max(regrow, 1):
                 return Decision(None)
             # Half-open: one attempt; a failure records the wait's new start.
         if view.tokens > self.budget.fraction(self.threshold):
+            last = view.condensation
+            if (
+                view.tokens <= self.budget.available
+                and last is not None
+                and grown_since(view, last.seq) < regrow
+            ):
+                return Decision(None)  # hysteresis: it fits, and little is new since
             return Decision("threshold")
         if self.max_events is not None:
             tail = [i for i in view.items if not i.pinned]
@@ -204,6 +242,7 @@ class CondensationPolicy:
         return PlanContext(
             trigger=d.trigger or "manual",
             target_tokens=d.target_tokens,
+            min_gain=self.min_gain if d.trigger in ("threshold", "count") else 0.0,
             focus=d.focus,
             request_seq=d.request_seq,
             token_counter=self.token_counter,
@@ -329,11 +368,10 @@ class CondensationPolicy:
         and found nothing left to do (the winner did it) is neither."""
         if out.error is not None or not out.fits:
             return "failed"
-        if d.trigger in ("threshold", "count") and not out.condensed:
+        if d.trigger in ("threshold", "count") and not out.condensed and out.conflicts:
             base = out.planned_on
-            if out.conflicts and base is not None and self.decide(base).trigger is None:
+            if base is not None and self.decide(base).trigger is None:
                 return "lost_race"
-            return "failed"
         return "ok"
 
     def _bookkeeping(self, out: Outcome, d: Decision) -> list[Event]:
@@ -377,6 +415,11 @@ class CondensationPolicy:
             if not wrote_condensation:  # a condensation already starts a clean slate
                 events.append(Custom(name=CIRCUIT_CLOSED, data={"trigger": d.trigger}))
         return events
+
+
+def grown_since(view: View, seq: int) -> int:
+    """Tokens of the view's unpinned messages appended after ``seq``."""
+    return sum(i.tokens for i in view.items if not i.pinned and i.stored.seq > seq)
 
 
 def _pending(events: Any) -> list[tuple[int, CondensationRequest]]:

@@ -14,7 +14,15 @@ from typing import TYPE_CHECKING, Any
 
 from eventstore.errors import ConfigurationError
 
-from .base import PlanContext, Proposal, choose_cut, condensation_for, previous_condensation
+from .base import (
+    PlanContext,
+    Proposal,
+    choose_cut,
+    condensation_for,
+    fit_summary,
+    previous_condensation,
+    summary_room,
+)
 
 if TYPE_CHECKING:
     from eventstore.budget import Budget
@@ -84,7 +92,11 @@ class WindowCondenser:
             settings=self.settings(),
             ctx=ctx,
         )
-        summary = _carry(prev.summary if prev else None, max(evt.forgotten_events, previously))
+        summary = fit_summary(
+            _carry(prev.summary if prev else None, max(evt.forgotten_events, previously)),
+            summary_room(view, forget, budget, ctx),
+            ctx.token_counter,
+        )
         evt, after = condensation_for(
             view,
             forget,

@@ -126,3 +126,30 @@ def test_a_half_open_wait_restarts_across_policy_objects(store: EventStore) -> N
     again = CondensationPolicy(_budget(), token_counter=store.token_counter, **kw)
     assert again.maybe_condense(store, sid).skipped == "circuit_open"
     assert len(_customs(store, sid, CIRCUIT_OPEN)) == 1
+
+
+def test_an_open_breaker_re_arms_when_the_view_grows(store: EventStore) -> None:
+    sid = _unfittable(store)
+    policy = CondensationPolicy(
+        _budget(), max_failures=1, regrow=0.2, token_counter=store.token_counter
+    )
+    assert policy.maybe_condense(store, sid).trigger == "threshold"  # fails and opens
+    store.append(sid, [Message.assistant("small")])
+    assert policy.maybe_condense(store, sid).skipped == "circuit_open"
+    # A fifth of the budget's new content (6,600 available) is worth another attempt.
+    store.append(sid, [Message.assistant("new " * 1400)])
+    assert policy.maybe_condense(store, sid).trigger == "threshold"
+
+
+def test_a_run_that_leaves_the_view_fitting_is_not_a_failure(store: EventStore) -> None:
+    """Over the threshold, nothing worth condensing, but the view fits: no breaker count."""
+    sid = store.create_session().id
+    budget = _budget()
+    store.append(sid, [Message.system("rules " * 3700), Message.user("go")])  # ~5,550 pinned
+    store.append(sid, [Message.assistant("a " * 300)])
+    policy = CondensationPolicy(budget, max_failures=1, token_counter=store.token_counter)
+    view = store.view(sid)
+    assert budget.fraction(0.8) < view.tokens <= budget.available
+    out = policy.maybe_condense(store, sid)
+    assert out.trigger == "threshold" and not out.condensed and out.fits
+    assert _customs(store, sid, CIRCUIT_FAILURE) == [] and not policy.is_open(sid)

@@ -24,8 +24,10 @@ from ..base import (
     Proposal,
     choose_cut,
     condensation_for,
+    fit_summary,
     newly_forgotten,
     previous_condensation,
+    summary_room,
 )
 from .extractive import ExtractiveSummarizer
 from .llm import LLMSummarizer
@@ -120,10 +122,13 @@ class SummarizingCondenser:
                 result.usage, result.cost = spent.usage, spent.cost
                 result.model = None
         notes.extend(result.notes)
+        text = fit_summary(result.text, summary_room(view, forget, budget, ctx), ctx.token_counter)
+        if text != result.text:
+            notes.append("summary shortened to fit the budget")
         evt, after = condensation_for(
             view,
             forget,
-            summary=result.text,
+            summary=text,
             condenser=used.name,
             settings=settings,
             ctx=ctx,

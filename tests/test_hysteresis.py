@@ -1,0 +1,123 @@
+"""Condensing less often: hysteresis, a minimum gain, and summaries cut to fit.
+
+Every condensation rewrites the prompt prefix (a provider cache miss), so the policy
+waits for real growth before condensing again, and a summary never pushes a view that
+could fit over the budget.
+"""
+
+from __future__ import annotations
+
+from condensers import CondensationPolicy
+from condensers.base import SHORTENED, fit_summary
+from eventstore import EventStore, Message
+from eventstore.budget import Budget
+from eventstore.tokens import HeuristicTokenCounter
+
+
+def _budget() -> Budget:
+    return Budget(max_input_tokens=4000, reserved_output=400, buffer=100)  # 3,500 available
+
+
+def _turn(store: EventStore, sid: str, i: int, words: int = 120) -> None:
+    store.append(
+        sid, [Message.assistant(f"step {i} " + "think " * words), Message.user("out " * words)]
+    )
+
+
+def _replay(store: EventStore, policy: CondensationPolicy, turns: int) -> tuple[int, int]:
+    """Condensations written and the largest view, checking before each model call.
+
+    The pinned head (about 1,650 tokens) is close to the target (1,750): a condensation
+    cannot get far below the threshold, which is where condensing every turn came from.
+    """
+    sid = store.create_session().id
+    store.append(sid, [Message.system("rules " * 1100), Message.user("Fix the bug.")])
+    written = 0
+    largest = 0
+    for i in range(turns):
+        out = policy.maybe_condense(store, sid)
+        written += sum(1 for s in out.steps if s.kind == "condensation")
+        largest = max(largest, store.view(sid).tokens)
+        _turn(store, sid, i)
+    return written, largest
+
+
+def test_hysteresis_waits_for_growth_after_a_condensation(store: EventStore) -> None:
+    eager = CondensationPolicy(_budget(), regrow=0.0, token_counter=store.token_counter)
+    patient = CondensationPolicy(_budget(), token_counter=store.token_counter)
+    assert patient.regrow == 0.8 - 0.5  # default: what a fresh cycle grows by
+    n_eager, big_eager = _replay(store, eager, 40)
+    n_patient, big_patient = _replay(store, patient, 40)
+    assert n_patient < n_eager
+    assert max(big_eager, big_patient) <= _budget().available  # waiting never overflows
+
+
+def test_a_view_over_the_budget_condenses_whatever_the_growth(store: EventStore) -> None:
+    budget = _budget()
+    sid = store.create_session().id
+    store.append(sid, [Message.system("sys"), Message.user("task")])
+    for i in range(12):
+        _turn(store, sid, i)
+    policy = CondensationPolicy(budget, regrow=1.0, token_counter=store.token_counter)
+    assert policy.maybe_condense(store, sid).condensed
+    # Push it over the budget right away: growth is below regrow, but it must condense.
+    store.append(sid, [Message.user("huge " * 3000)])
+    assert store.view(sid).tokens > budget.available
+    out = policy.maybe_condense(store, sid)
+    assert out.trigger == "threshold" and out.condensed
+
+
+def test_a_run_that_frees_too_little_writes_nothing(store: EventStore) -> None:
+    """Over the threshold, but the only thing to forget is a tiny message: no new prefix."""
+    budget = _budget()
+    sid = store.create_session().id
+    store.append(sid, [Message.system("rules " * 2000), Message.user("task")])
+    store.append(sid, [Message.assistant("ok " * 100), Message.user("fine " * 100)])
+    store.append(sid, [Message.assistant("next " * 40)])
+    view = store.view(sid)
+    assert budget.fraction(0.8) < view.tokens <= budget.available
+    out = CondensationPolicy(budget, token_counter=store.token_counter).maybe_condense(store, sid)
+    assert not out.condensed and out.skipped == "too_little"
+    forced = CondensationPolicy(budget, min_gain=0.0, token_counter=store.token_counter)
+    assert forced.maybe_condense(store, sid).condensed
+
+
+def test_a_summary_is_cut_to_keep_a_fittable_view_under_budget(store: EventStore) -> None:
+    """A large pinned head leaves little room: the summary shrinks so the view fits."""
+    budget = _budget()
+    sid = store.create_session().id
+    store.append(sid, [Message.system("rules " * 2050), Message.user("Fix parser.py")])
+    for i in range(6):
+        store.append(
+            sid,
+            [
+                Message.assistant(f"cat src/module_{i}.py && pytest tests/test_{i}.py"),
+                Message.user(f"ValueError: bad token {i}\n" + "line\n" * 80),
+            ],
+        )
+    policy = CondensationPolicy(budget, token_counter=store.token_counter)
+    out = policy.maybe_condense(store, sid)
+    assert out.condensed
+    view = store.view(sid)
+    assert view.tokens <= budget.available
+    assert view.summary is not None and view.summary.endswith(SHORTENED)
+
+
+def test_fit_summary_keeps_headings_and_says_it_cut() -> None:
+    counter = HeuristicTokenCounter()
+    summary = "\n".join(
+        ["## Requests", "- " + "quoted request " * 40]
+        + ["## Errors"]
+        + [f"- ValueError {i}" for i in range(30)]
+        + ["## Files"]
+        + [f"- src/f{i}.py" for i in range(30)]
+    )
+    assert fit_summary(summary, 10_000, counter) == summary
+    cut = fit_summary(summary, 120, counter)
+    assert cut is not None and counter.count(cut) <= 120
+    assert cut.endswith(SHORTENED)
+    for heading in ("## Requests", "## Errors", "## Files"):
+        assert heading in cut
+    assert "- ValueError 0" in cut and "- src/f0.py" in cut  # oldest entries survive
+    assert fit_summary(summary, 5, counter) is None  # no room for any summary
+    assert fit_summary(summary, -1, counter) == summary  # nothing fits either way
