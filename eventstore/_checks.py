@@ -13,7 +13,7 @@ import math
 from typing import Any
 
 from .errors import InvalidEventError
-from .events import Condensation, Custom, Dequeued, Event, LLMCall, Message, Prune, Queued
+from .events import Condensation, Custom, Dequeued, Event, LLMCall, Message, Prune, Purge, Queued
 
 __all__ = ["MAX_DEPTH", "MAX_COLUMN_INT", "check_references", "check_json_value", "check_event"]
 
@@ -136,6 +136,11 @@ _FREE_FORM: dict[type, tuple[str, ...]] = {
 
 def check_event(evt: Event, prefix: str = "") -> None:
     """:func:`check_json_value` over every free-form field of ``evt``."""
+    if isinstance(evt, Purge):
+        raise InvalidEventError(
+            f"{prefix.rstrip('.') or 'event'}: purge records are written by EventStore.purge, "
+            "not appended"
+        )
     if isinstance(evt, Queued):
         check_event(evt.message, f"{prefix}message.")
     for name in _FREE_FORM.get(type(evt), ()):

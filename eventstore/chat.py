@@ -33,6 +33,7 @@ from typing import Any
 
 from .errors import InvalidEventError
 from .events import (
+    PURGED,
     FilePart,
     Message,
     Part,
@@ -233,6 +234,8 @@ def _data_url(part: FilePart) -> str:
 
 
 def _render_file(part: FilePart) -> dict[str, Any]:
+    if part.uri == PURGED and part.data is None and part.blob is None:
+        return {"type": "text", "text": "[purged attachment]"}
     is_file = part.name is not None or (part.uri is not None and part.data is not None)
     if not is_file and part.media_type.startswith("image/"):
         image: dict[str, Any] = {"url": part.uri if part.uri is not None else _data_url(part)}

@@ -47,6 +47,8 @@ __all__ = [
     "Dequeued",
     "RunState",
     "Delta",
+    "Purge",
+    "PURGED",
     "Event",
     "EventKind",
     "EVENT_ADAPTER",
@@ -67,6 +69,7 @@ EventKind = Literal[
     "dequeued",
     "run_state",
     "delta",
+    "purge",
 ]
 
 
@@ -469,6 +472,34 @@ class Delta(_Event):
     """The chunk."""
 
 
+PURGED = "[purged]"
+"""The text a purged field holds (see :meth:`~eventstore.EventStore.purge`)."""
+
+
+class Purge(_Event):
+    """The record of an administrative purge (retention or erasure): the content of events
+    ``from_seq..to_seq`` was removed, their hashes were kept. Written by
+    :meth:`~eventstore.EventStore.purge`, the one way past the append-only guards; it binds
+    the purged events' stored hashes (``hashes``), so ``verify`` reports them as purged and
+    still proves the rest of the chain."""
+
+    kind: Literal["purge"] = "purge"
+    """Discriminator."""
+    from_seq: int = Field(ge=1)
+    """First purged seq."""
+    to_seq: int = Field(ge=1)
+    """Last purged seq (earlier purges and purge records inside the range stay as they were)."""
+    events: int = Field(ge=0)
+    """How many events this purge redacted."""
+    hashes: str
+    """SHA-256 over the redacted events' stored hashes, in seq order, one per line."""
+    redacted: str
+    """SHA-256 over the redacted payloads, in the same order (so a purged event's shape,
+    its roles and tool names, cannot be changed afterwards either)."""
+    reason: str | None = None
+    """Why (a retention rule, an erasure request id)."""
+
+
 Event = Annotated[
     Message
     | Condensation
@@ -479,7 +510,8 @@ Event = Annotated[
     | Queued
     | Dequeued
     | RunState
-    | Delta,
+    | Delta
+    | Purge,
     Field(discriminator="kind"),
 ]
 """Anything that can be appended to a session."""

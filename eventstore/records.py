@@ -116,6 +116,12 @@ class VerifyReport(BaseModel):
     """Seq whose hash equals the ``head_hash`` that was passed in, if any."""
     sealed_seq: int | None = None
     """Newest seq covered by a seal that matches the ``key`` passed in, if any."""
+    purged: int = 0
+    """Events whose content an administrative purge removed (their hashes are bound by
+    the purge records, so the chain is still proven)."""
+    unverifiable_views: int = 0
+    """Recorded model calls whose view held content purged since: their fingerprints
+    cannot be re-derived (not counted as problems)."""
 
 
 class TailItem(BaseModel):

@@ -33,7 +33,7 @@ from sqlalchemy import create_engine
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
-from . import _blobs, _sql, _view_rows
+from . import _blobs, _purge, _sql, _view_rows
 from ._checks import check_event
 from ._engine import (
     DEFAULT_URL,
@@ -46,6 +46,7 @@ from ._engine import (
 )
 from ._fast import HeadCache, try_fast
 from ._feed import FeedMethods, afollow
+from ._purge import PurgeMethods
 from ._runtime import RuntimeMethods
 from ._search import SearchMethods
 from ._sessions import SessionMethods, audit_for_async, read_event_expanded, read_page_expanded
@@ -100,7 +101,7 @@ def _describe(exc: ValidationError, index: int) -> str:
     return f"events[{index}].{loc}: {err['msg']}"
 
 
-class EventStore(SessionMethods, RuntimeMethods, FeedMethods, SearchMethods):
+class EventStore(SessionMethods, RuntimeMethods, FeedMethods, SearchMethods, PurgeMethods):
     """A synchronous event store on SQLite or Postgres.
 
     Args:
@@ -542,6 +543,8 @@ class EventStore(SessionMethods, RuntimeMethods, FeedMethods, SearchMethods):
             key=key,
             anchor=head_hash,
             load_blobs=lambda named: self._run(_blobs.load, self.tenant, named),
+            purges=self._run(_purge.records, [seg.owner for seg in segments]),
+            load_range=lambda owner, lo, hi: self._run(_purge.range_rows, owner, lo, hi),
         )
         after = 0
         while after < head:
@@ -776,6 +779,7 @@ class AsyncEventStore:
     audit = audit_for_async
     get_session_by_key = awaitable(EventStore.get_session_by_key)
     delete_session = awaitable(EventStore.delete_session)
+    purge = awaitable(EventStore.purge)
     get_event = awaitable(EventStore.get_event)
     find_event = awaitable(EventStore.find_event)
     read_tail = awaitable(EventStore.read_tail)

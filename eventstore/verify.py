@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
+from ._purge import hashes_digest, is_redacted, payloads_digest
 from .codec import (
     blob_ref,
     blob_refs,
@@ -40,7 +41,7 @@ from .codec import (
     part_columns,
     with_blob_data,
 )
-from .events import Condensation, Custom, Message, PartRef, Prune, ToolResultPart
+from .events import Condensation, Custom, Message, PartRef, Prune, Purge, ToolResultPart
 from .records import StoredEvent, VerifyReport
 from .tokens import MESSAGE_OVERHEAD
 from .views import View, ViewItem, ViewOptions, render
@@ -259,8 +260,16 @@ class ChainCheck:
         key: bytes | None = None,
         anchor: str | None = None,
         load_blobs: Callable[[list[str]], dict[str, bytes]] | None = None,
+        purges: Sequence[tuple[str, int, Purge]] = (),
+        load_range: Callable[[str, int, int], list[Any]] | None = None,
     ) -> None:
+        self.load_range = load_range
         self.load_blobs = load_blobs
+        # Purge records on the lineage: which (owner, seq) they redacted, and what they bind.
+        self.purges = sorted(purges, key=lambda p: (p[0], p[1]))
+        self.purged_hashes: list[list[str]] = [[] for _ in self.purges]
+        self.purged_payloads: list[list[str]] = [[] for _ in self.purges]
+        self.purged_from = min((p[2].from_seq for p in self.purges), default=None)
         self.report = report
         self.problems = report.problems
         self.caps = caps
@@ -335,8 +344,18 @@ class ChainCheck:
             self.problems.append(f"gap: expected seq {self.expected}, found {seq}")
             self.expected = seq
         before = self.prev
-        digest = chain_hash(before, seq, row.id, row.kind, row.created_at, row.payload)
-        intact = digest == row.hash
+        purge = self._purge_of(row)
+        if purge is not None:
+            # Its content is gone; the record binds its stored hash and redacted payload.
+            self.purged_hashes[purge].append(row.hash)
+            self.purged_payloads[purge].append(row.payload)
+            self.report.purged += 1
+            intact = True
+            if not is_redacted(row.kind, row.payload):
+                self.problems.append(f"seq {seq}: a purged event holds content again")
+        else:
+            digest = chain_hash(before, seq, row.id, row.kind, row.created_at, row.payload)
+            intact = digest == row.hash
         if not intact:
             self.problems.append(f"seq {seq}: hash mismatch (event changed after append)")
         elif self.anchor is not None and row.hash == self.anchor:
@@ -380,6 +399,15 @@ class ChainCheck:
             self._condensation(stored)
         self._apply_stamps(seq, evt, row.created_at)
         self._fingerprints(seq)
+
+    def _purge_of(self, row: Any) -> int | None:
+        """Index of the purge record that redacted this row, if one did."""
+        if row.kind == "purge":
+            return None
+        for i, (owner, rec_seq, rec) in enumerate(self.purges):
+            if owner == row.session_id and rec.from_seq <= row.seq <= rec.to_seq < rec_seq:
+                return i
+        return None
 
     def _blobs(self, seq: int, evt: Any, named: list[str]) -> Any:
         """Re-hash the attachments an event keeps in the blob table (the chain covers their
@@ -543,10 +571,38 @@ class ChainCheck:
                     f"seq {part_seq} part {idx}: compaction stamp {stamp} is beyond the head "
                     f"({current_head})"
                 )
+        for i, (owner, rec_seq, rec) in enumerate(self.purges):
+            hashes, payloads = self.purged_hashes[i], self.purged_payloads[i]
+            cap = self.caps.get(owner)
+            if cap is not None and cap < rec.to_seq and self.load_range is not None:
+                # A fork shares only part of what its parent purged: read the rest.
+                for r in self.load_range(owner, cap + 1, rec.to_seq):
+                    hashes.append(r.hash)
+                    payloads.append(r.payload)
+                    if not is_redacted(r.kind, r.payload):
+                        report.problems.append(
+                            f"seq {r.seq} of {owner[:8]}…: a purged event holds content again"
+                        )
+            if (
+                len(hashes) != rec.events
+                or hashes_digest(hashes) != rec.hashes
+                or payloads_digest(payloads) != rec.redacted
+            ):
+                report.problems.append(
+                    f"purge record seq {rec_seq} ({owner[:8]}…): the purged events "
+                    f"{rec.from_seq}..{rec.to_seq} do not match what it recorded"
+                )
         for stored, opt_key in self.calls:
             call = stored.event
             got = self.fingerprints.get((call.view_seq, opt_key))  # type: ignore[union-attr]
-            if got is not None and got != call.fingerprint:  # type: ignore[union-attr]
+            if (
+                got is not None
+                and got != call.fingerprint  # type: ignore[union-attr]
+                and self.purged_from is not None
+                and call.view_seq >= self.purged_from  # type: ignore[union-attr]
+            ):
+                report.unverifiable_views += 1
+            elif got is not None and got != call.fingerprint:  # type: ignore[union-attr]
                 report.problems.append(
                     f"seq {stored.seq}: view at seq {call.view_seq} renders to "  # type: ignore[union-attr]
                     f"{got[:12]}…, but {call.fingerprint[:12]}… was recorded"  # type: ignore[union-attr]

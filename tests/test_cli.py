@@ -91,8 +91,8 @@ def env(db_url: str, monkeypatch: pytest.MonkeyPatch) -> Any:
     sid = _seed(store)
     runner = CliRunner()
 
-    def run(*args: str, ok: bool = True) -> Result:
-        result = runner.invoke(cli, ["--db", db_url, "--tenant", tenant, *args])
+    def run(*args: str, ok: bool = True, input: str | None = None) -> Result:
+        result = runner.invoke(cli, ["--db", db_url, "--tenant", tenant, *args], input=input)
         if ok:
             assert result.exit_code == 0, (result.output, result.exception)
         return result
@@ -401,6 +401,20 @@ def test_verify_ok_and_failures(env: Any) -> None:
     assert _json(env.run("verify", "--all", "--json", ok=False))["ok"] is False
     neither = env.run("verify", ok=False)
     assert neither.exit_code != 0 and "--all" in neither.stderr
+
+
+def test_purge_asks_then_purges_and_verify_reports_it(env: Any) -> None:
+    head = env.store.head(env.sid)
+    declined = env.run("purge", env.sid, "--reason", "erasure #1", input="n\n", ok=False)
+    assert declined.exit_code != 0 and env.store.head(env.sid) == head
+    assert env.run("purge", env.sid, ok=False).exit_code == 2  # --reason is required
+    out = _json(env.run("purge", env.sid, "--reason", "erasure #1", "--through-seq", "3", "--json"))
+    assert out["purged"]["from_seq"] == 1 and out["purged"]["to_seq"] == 3
+    again = env.run("purge", env.sid, "--reason", "retention", "--yes")
+    assert f"purged {head - 3} events" in again.stdout
+    assert "nothing left" in env.run("purge", env.sid, "--reason", "x", "--yes").stdout
+    report = env.run("verify", env.sid)
+    assert ": ok:" in report.stdout and f"{head} events purged" in report.stdout
 
 
 # --------------------------------------------------------------------------- export/import

@@ -162,6 +162,20 @@ def test_readme_keys_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
         assert gone.key == "support-ticket-4711" and gone.deleted_at is not None
 
 
+def test_readme_purge_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    namespace: dict[str, object] = {"__name__": "readme_purge_example"}
+    exec(compile(_example("## Retention and erasure"), "README.md", "exec"), namespace)
+    from sqlalchemy import text
+
+    from eventstore import EventStore
+
+    with EventStore(f"sqlite:///{tmp_path / 'retention.db'}") as store:
+        with store.engine.connect() as conn:
+            payloads = [r[0] for r in conn.execute(text("SELECT payload FROM events"))]
+        assert len(payloads) == 3 and not any("4111" in p for p in payloads)
+
+
 def test_readme_litellm_adapter_example_runs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

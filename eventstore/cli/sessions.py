@@ -184,12 +184,46 @@ def verify_cmd(
                 click.echo(f"  the recorded head hash is seq {r.anchored_seq}")
             if r.sealed_seq is not None:
                 click.echo(f"  sealed under the key up to seq {r.sealed_seq}")
+            if r.purged or r.unverifiable_views:
+                click.echo(
+                    f"  {r.purged} events purged (hashes bound by their purge records), "
+                    f"{r.unverifiable_views} recorded views held purged content"
+                )
             for p in r.problems:
                 click.echo(f"  {p}", err=True)
         if all_:
             click.echo(f"{len(reports) - len(bad)} of {len(reports)} sessions ok")
     if bad:
         sys.exit(1)
+
+
+@cli.command("purge")
+@click.argument("session")
+@click.option("--reason", required=True, help="Why: the retention rule or erasure request.")
+@click.option("--through-seq", type=int, help="Purge seqs up to this one (default: all).")
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+@json_option
+@db_option
+@pass_state
+def purge_cmd(
+    state: State, session: str, reason: str, through_seq: int | None, yes: bool, as_json: bool
+) -> None:
+    """Remove the content of SESSION's events for good (retention, erasure requests); a
+    deleted session too (give its full id). Hashes stay and a purge record binds them, so
+    `eventstore verify` still proves the log. This cannot be undone."""
+    store = state.store()
+    upto = f"through seq {through_seq}" if through_seq is not None else "all events"
+    if not yes and not as_json:
+        click.confirm(f"purge the content of {session} ({upto})? this cannot be undone", abort=True)
+    record = store.purge(session, through_seq=through_seq, reason=reason)
+    if as_json:
+        emit_json({"purged": record.model_dump(mode="json") if record is not None else None})
+    elif record is None:
+        click.echo(f"{session}: nothing left to purge")
+    else:
+        click.echo(
+            f"{session}: purged {record.events} events (seqs {record.from_seq}..{record.to_seq})"
+        )
 
 
 # --------------------------------------------------------------------------- export/import

@@ -1,0 +1,344 @@
+"""Purging content for retention and erasure, with the hash chain still verifiable.
+
+The log is append-only: database triggers reject any change to ``events``. A purge is the
+one explicit way past them. In one transaction it
+
+1. replaces the payload of each event in the range with a *redacted* payload of the same
+   kind and shape: message roles, part types, tool call ids and names and result states
+   stay (views stay valid and tool pairs stay matched); every text, argument, output,
+   attachment, summary and custom value becomes ``[purged]`` or nothing;
+2. keeps each event's stored hash, and appends a :class:`~eventstore.events.Purge` record
+   binding those hashes (a SHA-256 over them, in order) into the chain;
+3. deletes the search-index rows of the purged events and the attachment blobs no
+   unpurged event of the tenant still references.
+
+``verify`` then recomputes every unpurged event's hash as always, accepts a purged
+event's stored hash only when a later purge record lists it and the hashes match, checks
+that the payload is in redacted form (nothing can be smuggled back in), and reports the
+count in :attr:`~eventstore.verify.VerifyReport.purged`. Fingerprints of model calls whose
+view held purged content cannot be re-derived; they are counted as unverifiable, not as
+tampering. Token counts keep their original values (they are metadata, not content), so
+views of a purged range measure what was there.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import select, text, update
+from sqlalchemy.engine import Connection
+
+from . import _sql
+from .codec import blob_refs, check_text, decode_event, encode, encode_event
+from .errors import InvalidEventError
+from .events import (
+    PURGED,
+    Condensation,
+    CondensationRequest,
+    Custom,
+    Delta,
+    Event,
+    FilePart,
+    LLMCall,
+    Message,
+    Prune,
+    Purge,
+    Queued,
+    ReasoningPart,
+    RunState,
+    TextPart,
+    ToolCallPart,
+    ToolResultPart,
+    utcnow,
+)
+from .schema import blobs, events, sessions
+
+if TYPE_CHECKING:
+    from .codec import Encoded
+    from .tokens import TokenCounter
+
+__all__ = [
+    "PurgeMethods",
+    "redact",
+    "hashes_digest",
+    "payloads_digest",
+    "is_redacted",
+    "records",
+    "range_rows",
+]
+
+
+def hashes_digest(hashes: Sequence[str]) -> str:
+    """What a :class:`~eventstore.events.Purge` record binds: SHA-256 over the hashes."""
+    return hashlib.sha256("\n".join(hashes).encode("ascii")).hexdigest()
+
+
+def payloads_digest(payloads: Sequence[str]) -> str:
+    """SHA-256 over redacted payloads, length-prefixed, in order."""
+    h = hashlib.sha256()
+    for p in payloads:
+        data = p.encode("utf-8")
+        h.update(f"{len(data)}\n".encode())
+        h.update(data)
+    return h.hexdigest()
+
+
+def records(conn: Connection, owners: Sequence[str]) -> list[tuple[str, int, Purge]]:
+    """The purge records of the sessions ``owners`` (a lineage), with owner and seq."""
+    if not owners:
+        return []
+    rows = conn.execute(
+        select(
+            events.c.session_id, events.c.seq, events.c.id, events.c.created_at, events.c.payload
+        ).where(events.c.session_id.in_(list(owners)), events.c.kind == "purge")
+    )
+    out = []
+    for r in rows:
+        evt = decode_event("purge", r.payload, r.id, r.created_at)
+        assert isinstance(evt, Purge)
+        out.append((r.session_id, r.seq, evt))
+    return out
+
+
+def range_rows(conn: Connection, owner: str, lo: int, hi: int) -> list[Any]:
+    """Hash and payload of ``owner``'s events ``lo..hi`` but purge records, in order (what
+    a fork's audit reads of a purge its parent recorded beyond the shared prefix)."""
+    return list(
+        conn.execute(
+            select(events.c.seq, events.c.kind, events.c.hash, events.c.payload)
+            .where(
+                events.c.session_id == owner,
+                events.c.seq >= lo,
+                events.c.seq <= hi,
+                events.c.kind != "purge",
+            )
+            .order_by(events.c.seq)
+        )
+    )
+
+
+def _part(part: Any) -> Any:
+    if isinstance(part, TextPart):
+        return TextPart(text=PURGED)
+    if isinstance(part, ReasoningPart):
+        return ReasoningPart(text=PURGED, format=part.format)
+    if isinstance(part, ToolCallPart):
+        return ToolCallPart(id=part.id, name=part.name, arguments="{}", call_type=part.call_type)
+    if isinstance(part, ToolResultPart):
+        return ToolResultPart(
+            tool_call_id=part.tool_call_id,
+            name=part.name,
+            output=PURGED,
+            is_error=part.is_error,
+            state=part.state,
+        )
+    if isinstance(part, FilePart):
+        return FilePart(media_type=part.media_type, uri=PURGED)
+    return TextPart(text=PURGED)  # pragma: no cover - every part type is listed above
+
+
+def _message(msg: Message) -> Message:
+    return Message(
+        role=msg.role,
+        parts=[_part(p) for p in msg.parts],
+        model=msg.model,
+        content_list=msg.content_list,
+        interrupted=msg.interrupted,
+    )
+
+
+def redact(evt: Event) -> Event:
+    """``evt`` with its content removed and its shape kept (see the module docstring)."""
+    if isinstance(evt, Message):
+        out: Event = _message(evt)
+    elif isinstance(evt, Queued):
+        out = Queued(message=_message(evt.message))
+    elif isinstance(evt, Condensation):
+        out = evt.model_copy(
+            update={"summary": PURGED if evt.summary is not None else None, "focus": None}
+        )
+    elif isinstance(evt, CondensationRequest):
+        out = CondensationRequest()
+    elif isinstance(evt, Prune):
+        out = evt.model_copy(update={"note": None})
+    elif isinstance(evt, LLMCall):
+        out = evt.model_copy(update={"error": None, "metadata": None})
+    elif isinstance(evt, Custom):
+        out = Custom(name=evt.name)
+    elif isinstance(evt, RunState):
+        out = evt.model_copy(update={"reason": None})
+    elif isinstance(evt, Delta):
+        out = Delta(stream_id=evt.stream_id, text=PURGED)
+    else:  # Dequeued and Purge hold no content
+        out = evt
+    return out.model_copy(update={"id": evt.id, "created_at": evt.created_at})
+
+
+def is_redacted(kind: str, payload: str) -> bool:
+    """Whether a stored payload is already in redacted form (what ``verify`` requires of
+    a purged event)."""
+    try:
+        evt = decode_event(kind, payload, "0", utcnow())
+    except Exception:
+        return False
+    return encode_event(redact(evt)) == payload
+
+
+def _guards(conn: Connection, on: bool) -> None:
+    """Switch the append-only guard on ``events`` off and on again, inside the purge's
+    transaction (DDL is transactional on both backends: a failed purge leaves it on)."""
+    from .schema import _SQLITE_TRIGGERS
+
+    if conn.dialect.name == "postgresql":
+        verb = "ENABLE" if on else "DISABLE"
+        conn.execute(text(f"ALTER TABLE events {verb} TRIGGER events_append_only"))
+        return
+    for name, ddl in _SQLITE_TRIGGERS:
+        if name == "events_append_only_update":
+            conn.execute(text(ddl if on else f"DROP TRIGGER IF EXISTS {name}"))
+
+
+def purge_rows(
+    conn: Connection,
+    tenant: str,
+    session_id: str,
+    through_seq: int | None,
+    reason: str | None,
+    counter: TokenCounter,
+) -> tuple[int, Purge | None, int, str | None]:
+    """The purge itself; returns (record seq or 0, record, new head, new head hash)."""
+    segments, head = _sql.lineage_and_head(conn, tenant, session_id, include_deleted=True)
+    lock = select(sessions.c.head_seq, sessions.c.head_hash).where(sessions.c.id == session_id)
+    if conn.dialect.name == "postgresql":
+        lock = lock.with_for_update()
+    row = conn.execute(lock).one()
+    head, head_hash = row.head_seq, row.head_hash
+    last = head if through_seq is None else through_seq
+    if not 1 <= last <= head:
+        raise InvalidEventError(f"through_seq: {through_seq} is outside 1..{head}")
+    own = segments[-1]
+    if own.owner != session_id or own.lo > last:
+        raise InvalidEventError(
+            f"seqs 1..{last} of session {session_id!r} belong to the session it was forked "
+            "from: purge that session instead"
+        )
+    rows = list(
+        conn.execute(
+            select(events.c.seq, events.c.kind, events.c.payload, events.c.hash)
+            .where(
+                events.c.session_id == session_id,
+                events.c.seq >= own.lo,
+                events.c.seq <= last,
+            )
+            .order_by(events.c.seq)
+        )
+    )
+    done = [(rec.from_seq, rec.to_seq) for _owner, _seq, rec in records(conn, [session_id])]
+    todo = [r for r in rows if r.kind != "purge" and not any(lo <= r.seq <= hi for lo, hi in done)]
+    if not todo:
+        return 0, None, head, head_hash
+    refs: set[str] = set()
+    payloads: list[str] = []
+    _guards(conn, on=False)
+    for r in todo:
+        evt = decode_event(r.kind, r.payload, "0", utcnow())
+        refs.update(blob_refs(evt))
+        payload = encode_event(redact(evt))
+        payloads.append(payload)
+        conn.execute(
+            update(events)
+            .where(events.c.session_id == session_id, events.c.seq == r.seq)
+            .values(payload=payload, size=len(payload.encode("utf-8")))
+        )
+    _guards(conn, on=True)
+    record = Purge(
+        from_seq=todo[0].seq,
+        to_seq=todo[-1].seq,
+        events=len(todo),
+        hashes=hashes_digest([r.hash for r in todo]),
+        redacted=payloads_digest(payloads),
+        reason=reason,
+    )
+    enc: list[Encoded] = [encode(record, counter)]
+    now = utcnow()
+    event_rows, _parts, _prunes, new_hash, new_head = _sql.build_rows(
+        session_id, head, head_hash, enc, None, None, now
+    )
+    conn.execute(events.insert(), event_rows)
+    conn.execute(
+        update(sessions)
+        .where(sessions.c.id == session_id)
+        .values(head_seq=new_head, head_hash=new_hash, updated_at=now)
+    )
+    _forget_search(conn, session_id, [r.seq for r in todo])
+    _forget_blobs(conn, tenant, refs)
+    return new_head, record, new_head, new_hash
+
+
+def _forget_search(conn: Connection, session_id: str, seqs: list[int]) -> None:
+    table = "search_docs" if conn.dialect.name == "postgresql" else "search_fts"
+    for i in range(0, len(seqs), 500):
+        chunk = seqs[i : i + 500]
+        marks = ", ".join(f":s{j}" for j in range(len(chunk)))
+        conn.execute(
+            text(f"DELETE FROM {table} WHERE session_id = :sid AND seq IN ({marks})"),
+            {"sid": session_id, **{f"s{j}": s for j, s in enumerate(chunk)}},
+        )
+
+
+def _forget_blobs(conn: Connection, tenant: str, refs: set[str]) -> None:
+    """Delete the purged attachments no other event of the tenant still names (a scan of
+    the tenant's payloads: purges are rare, administrative operations)."""
+    for ref in sorted(refs):
+        still = conn.execute(
+            select(events.c.seq)
+            .join(sessions, sessions.c.id == events.c.session_id)
+            .where(sessions.c.tenant == tenant, events.c.payload.contains(ref))
+            .limit(1)
+        ).first()
+        if still is None:
+            conn.execute(blobs.delete().where(blobs.c.tenant == tenant, blobs.c.digest == ref))
+
+
+class PurgeMethods:
+    """:meth:`purge`, mixed into :class:`~eventstore.EventStore`."""
+
+    tenant: str
+    token_counter: TokenCounter
+    _run: Any
+    _heads: Any
+
+    def purge(
+        self, session_id: str, *, through_seq: int | None = None, reason: str | None = None
+    ) -> Purge | None:
+        """Remove the content of the session's events up to ``through_seq`` (default: all),
+        for retention rules and erasure requests. Deleted sessions can be purged too.
+
+        The events stay, redacted to their shape (roles, tool ids and names); their hashes
+        stay; a :class:`~eventstore.events.Purge` record appended in the same transaction
+        binds them, so :meth:`verify` still proves the whole chain and reports the purged
+        events as purged. Search-index rows and attachment blobs of the purged events go
+        too. Returns the record, or ``None`` when nothing was left to purge. A fork's
+        inherited events belong to the session it was forked from: purge that one.
+        """
+        if through_seq is not None and (
+            isinstance(through_seq, bool) or not isinstance(through_seq, int)
+        ):
+            raise InvalidEventError(f"through_seq: {through_seq!r} is not a seq")
+        if reason is not None:
+            check_text("reason", reason, 10_000)
+        with _sql.auditing():
+            seq, record, head, head_hash = self._run(
+                purge_rows,
+                self.tenant,
+                session_id,
+                through_seq,
+                reason,
+                self.token_counter,
+                write=True,
+            )
+        if record is not None:
+            self._heads.put(session_id, head, head_hash)
+        return record

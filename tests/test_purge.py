@@ -1,0 +1,242 @@
+"""Administrative purge: content goes, the chain stays provable, tampering still shows."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from sqlalchemy import text
+
+from eventstore import (
+    AsyncEventStore,
+    Condensation,
+    Custom,
+    EventStore,
+    FilePart,
+    InvalidEventError,
+    Message,
+    Purge,
+    ToolCallPart,
+    ToolResultPart,
+)
+from eventstore.events import PURGED
+from eventstore.records import VerifyReport
+
+SECRET = "alice@example.com lives at 12 Secret Lane"
+
+
+def _session(store: EventStore) -> str:
+    sid = store.create_session(user_id="alice").id
+    call = ToolCallPart(id="c1", name="lookup", arguments='{"email": "alice@example.com"}')
+    store.append(
+        sid,
+        [
+            Message.system("You are a support bot."),
+            Message.user(SECRET),
+            Message(role="assistant", parts=[call]),
+            Message(
+                role="tool",
+                parts=[ToolResultPart(tool_call_id="c1", name="lookup", output=SECRET)],
+            ),
+            Message(
+                role="user",
+                parts=[FilePart(media_type="image/png", data=b"\x89PNG" + SECRET.encode() * 3000)],
+            ),
+            Custom(name="note", data={"who": SECRET}),
+            Message.assistant("Done: " + SECRET),
+        ],
+    )
+    return sid
+
+
+def _raw_payloads(store: EventStore, sid: str) -> list[str]:
+    with store.engine.connect() as conn:
+        rows = conn.execute(
+            text("SELECT payload FROM events WHERE session_id = :s ORDER BY seq"), {"s": sid}
+        )
+        return [r.payload for r in rows]
+
+
+def _blob_count(store: EventStore) -> int:
+    with store.engine.connect() as conn:
+        return conn.execute(
+            text("SELECT count(*) FROM blobs WHERE tenant = :t"), {"t": store.tenant}
+        ).scalar_one()
+
+
+def test_purge_removes_content_and_verify_still_proves_the_chain(store: EventStore) -> None:
+    sid = _session(store)
+    before = store.verify(sid)
+    assert before.ok and before.purged == 0
+    assert _blob_count(store) == 1  # the attachment went to the blob table
+    record = store.purge(sid, reason="erasure request #7")
+    assert isinstance(record, Purge)
+    assert (record.from_seq, record.to_seq, record.events) == (1, 7, 7)
+    assert store.head(sid) == 8
+    assert all(SECRET not in p and "alice@example.com" not in p for p in _raw_payloads(store, sid))
+    assert _blob_count(store) == 0
+    report = store.verify(sid)
+    assert report.ok, report.problems
+    assert report.purged == 7 and report.events == 8
+    # The shape stays: roles, tool ids and names, so the view is still a valid context.
+    messages = store.view(sid).to_messages()
+    assert [m["role"] for m in messages] == [
+        "system",
+        "user",
+        "assistant",
+        "tool",
+        "user",
+        "assistant",
+    ]
+    assert messages[2]["tool_calls"][0]["id"] == "c1"
+    assert messages[2]["tool_calls"][0]["function"]["name"] == "lookup"
+    assert messages[3]["tool_call_id"] == "c1" and messages[3]["content"] == PURGED
+    assert SECRET not in str(messages)
+    # Search no longer finds it.
+    store.index_search()
+    assert store.search("Secret Lane", session_id=sid) == []
+    # Nothing left: a second purge writes nothing.
+    assert store.purge(sid) is None and store.head(sid) == 8
+
+
+def test_partial_purge_keeps_the_rest_and_appends_continue(store: EventStore) -> None:
+    sid = _session(store)
+    record = store.purge(sid, through_seq=4)
+    assert record is not None and (record.from_seq, record.to_seq) == (1, 4)
+    store.append(sid, [Message.user("after the purge")])
+    texts = [m.get("content") for m in store.view(sid).to_messages()]
+    assert "Done: " + SECRET in texts and "after the purge" in texts
+    later = store.purge(sid, through_seq=6)
+    assert later is not None and (later.from_seq, later.to_seq, later.events) == (5, 6, 2)
+    report = store.verify(sid)
+    assert report.ok, report.problems
+    assert report.purged == 6
+
+
+def test_a_deleted_session_can_be_purged_and_audited(store: EventStore) -> None:
+    sid = _session(store)
+    store.delete_session(sid)
+    assert store.purge(sid, reason="retention: 30 days") is not None
+    report = store.verify(sid)
+    assert report.ok and report.purged == 7
+
+
+def _tamper(store: EventStore, sql: str, **params: object) -> None:
+    """Change a stored row the way an attacker with database access would (guards off)."""
+    with store.engine.begin() as conn:
+        if store.dialect == "postgresql":
+            conn.execute(text("ALTER TABLE events DISABLE TRIGGER events_append_only"))
+        else:
+            conn.execute(text("DROP TRIGGER events_append_only_update"))
+        conn.execute(text(sql), params)
+        if store.dialect == "postgresql":
+            conn.execute(text("ALTER TABLE events ENABLE TRIGGER events_append_only"))
+        else:
+            conn.execute(
+                text(
+                    "CREATE TRIGGER events_append_only_update BEFORE UPDATE ON events "
+                    "BEGIN SELECT RAISE(ABORT, 'events are append-only'); END"
+                )
+            )
+
+
+def _problems(report: VerifyReport) -> str:
+    return "\n".join(report.problems)
+
+
+def test_content_put_back_into_a_purged_event_is_caught(store: EventStore) -> None:
+    sid = _session(store)
+    store.purge(sid, through_seq=2)
+    payload = Message.user("forged content").model_dump_json(exclude_none=True)
+    _tamper(
+        store,
+        "UPDATE events SET payload = :p WHERE session_id = :s AND seq = 2",
+        p=payload,
+        s=sid,
+    )
+    report = store.verify(sid)
+    assert not report.ok
+    assert "holds content again" in _problems(report) or "do not match" in _problems(report)
+
+
+def test_a_reshaped_purged_event_is_caught(store: EventStore) -> None:
+    """A redacted payload of another shape (another tool name) breaks the record's digest."""
+    sid = _session(store)
+    store.purge(sid, through_seq=3)
+    (payload,) = [p for p in _raw_payloads(store, sid)[2:3]]
+    _tamper(
+        store,
+        "UPDATE events SET payload = :p WHERE session_id = :s AND seq = 3",
+        p=payload.replace("lookup", "delete"),
+        s=sid,
+    )
+    report = store.verify(sid)
+    assert not report.ok and "do not match" in _problems(report)
+
+
+def test_a_forged_purge_of_unpurged_content_is_caught(store: EventStore) -> None:
+    """Redacting an event without a purge record is tampering, not a purge."""
+    sid = _session(store)
+    store.purge(sid, through_seq=2)
+    redacted = _raw_payloads(store, sid)[1]
+    _tamper(
+        store,
+        "UPDATE events SET payload = :p, size = :n WHERE session_id = :s AND seq = 7",
+        p=redacted.replace('"user"', '"assistant"'),
+        n=len(redacted),
+        s=sid,
+    )
+    report = store.verify(sid)
+    assert not report.ok and "hash mismatch" in _problems(report)
+
+
+def test_purge_arguments_are_checked(store: EventStore) -> None:
+    sid = _session(store)
+    for bad in (0, 99, -1):
+        with pytest.raises(InvalidEventError, match="through_seq"):
+            store.purge(sid, through_seq=bad)
+    with pytest.raises(InvalidEventError, match="through_seq"):
+        store.purge(sid, through_seq="3")  # type: ignore[arg-type]
+    # Purge records are written by purge() only.
+    with pytest.raises(InvalidEventError, match="purge"):
+        store.append(sid, [Purge(from_seq=1, to_seq=1, events=1, hashes="x", redacted="y")])
+
+
+def test_a_fork_purges_only_its_own_events(store: EventStore) -> None:
+    sid = _session(store)
+    fork = store.fork(sid, 3).id
+    store.append(fork, [Message.user("fork secret")])
+    with pytest.raises(InvalidEventError, match="forked from"):
+        store.purge(fork, through_seq=2)
+    assert store.purge(fork) is not None  # seq 4, its own
+    assert store.verify(fork).ok
+    # The parent's purge reaches the rows the fork shares, and both still verify.
+    store.purge(sid)
+    for s in (sid, fork):
+        report = store.verify(s)
+        assert report.ok, report.problems
+
+
+def test_recorded_views_over_purged_content_are_unverifiable_not_tampered(
+    store: EventStore,
+) -> None:
+    sid = _session(store)
+    view = store.view(sid)
+    store.record_llm_call(sid, view, model="gpt-4o-mini")
+    store.append(sid, [Condensation(forgotten_from=3, forgotten_to=4, summary=SECRET)])
+    store.purge(sid)
+    report = store.verify(sid)
+    assert report.ok, report.problems
+    assert report.unverifiable_views == 1
+
+
+def test_async_purge(db_url: str) -> None:
+    async def main() -> None:
+        async with AsyncEventStore(db_url, tenant="purge-async", upgrade=True) as store:
+            sid = (await store.create_session()).id
+            await store.append(sid, [Message.user(SECRET)])
+            record = await store.purge(sid)
+            assert record is not None and record.events == 1
+            assert (await store.verify(sid)).purged == 1
+
+    asyncio.run(main())
