@@ -13,7 +13,18 @@ import math
 from typing import Any
 
 from .errors import InvalidEventError
-from .events import Condensation, Custom, Dequeued, Event, LLMCall, Message, Prune, Purge, Queued
+from .events import (
+    Condensation,
+    Custom,
+    Dequeued,
+    Event,
+    LLMCall,
+    Message,
+    ProviderPart,
+    Prune,
+    Purge,
+    Queued,
+)
 
 __all__ = ["MAX_DEPTH", "MAX_COLUMN_INT", "check_references", "check_json_value", "check_event"]
 
@@ -143,6 +154,10 @@ def check_event(evt: Event, prefix: str = "") -> None:
         )
     if isinstance(evt, Queued):
         check_event(evt.message, f"{prefix}message.")
+    if isinstance(evt, Message):
+        for i, part in enumerate(evt.parts):
+            if isinstance(part, ProviderPart):
+                check_json_value(f"{prefix}parts[{i}].item", part.item)
     for name in _FREE_FORM.get(type(evt), ()):
         value = getattr(evt, name, None)
         if value is not None and not isinstance(value, (str, int, bool)):

@@ -43,6 +43,7 @@ from .events import (
     FilePart,
     LLMCall,
     Message,
+    ProviderPart,
     Prune,
     Purge,
     Queued,
@@ -136,6 +137,8 @@ def _part(part: Any) -> Any:
         )
     if isinstance(part, FilePart):
         return FilePart(media_type=part.media_type, uri=PURGED)
+    if isinstance(part, ProviderPart):
+        return ProviderPart(provider=part.provider, item={})
     return TextPart(text=PURGED)  # pragma: no cover - every part type is listed above
 
 

@@ -37,6 +37,7 @@ from .events import (
     FilePart,
     Message,
     Part,
+    ProviderPart,
     ReasoningPart,
     TextPart,
     ToolCallPart,
@@ -73,6 +74,7 @@ def to_openai(
     placeholder_for: PlaceholderFor | None = None,
     extra: bool = True,
     null_content: bool = True,
+    provider: str | None = None,
 ) -> list[dict[str, Any]]:
     """Render a message as OpenAI/litellm chat message dicts.
 
@@ -85,6 +87,8 @@ def to_openai(
             provider expects when a message came from a trajectory with private keys).
         null_content: Render a message that only calls tools with ``content: None``, as
             providers send it (``False``: an empty string, as the first release did).
+        provider: Whose :class:`~eventstore.events.ProviderPart` items to send back (as
+            content blocks, exactly as stored); every other provider's are left out.
 
     Returns:
         One dict, or one per tool result for a tool message.
@@ -96,7 +100,7 @@ def to_openai(
     if message.role == "tool":
         out = _render_tool(message, placeholder_for)
     else:
-        out = [_render_chat(message, placeholder_for, null_content)]
+        out = [_render_chat(message, placeholder_for, null_content, provider)]
     if extra and message.extra:
         replaced = placeholder_for is not None and _any_placeholder(message, placeholder_for)
         _overlay(out, message.extra, keep_rendered_content=replaced)
@@ -138,6 +142,8 @@ def _overlay(
 def _render_tool(message: Message, placeholder_for: PlaceholderFor | None) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for i, part in enumerate(message.parts):
+        if isinstance(part, ProviderPart):
+            continue  # a tool message's results are what providers read back
         if not isinstance(part, ToolResultPart):
             raise InvalidEventError(
                 f"parts[{i}]: a tool message holds only tool results, not {part.type!r}"
@@ -153,7 +159,10 @@ def _render_tool(message: Message, placeholder_for: PlaceholderFor | None) -> li
 
 
 def _render_chat(
-    message: Message, placeholder_for: PlaceholderFor | None, null_content: bool = True
+    message: Message,
+    placeholder_for: PlaceholderFor | None,
+    null_content: bool = True,
+    provider: str | None = None,
 ) -> dict[str, Any]:
     content: list[dict[str, Any]] = []
     calls: list[dict[str, Any]] = []
@@ -180,6 +189,9 @@ def _render_chat(
                 blocks.append(_render_block(part))
         elif isinstance(part, TextPart):
             content.append({"type": "text", "text": part.text})
+        elif isinstance(part, ProviderPart):
+            if provider is not None and part.provider == provider:
+                content.append(copy.deepcopy(part.item))
         else:
             content.append(_render_file(part))
     d: dict[str, Any] = {"role": message.role}
@@ -201,7 +213,7 @@ def _render_chat(
 
 
 def _content_value(content: list[dict[str, Any]], as_list: bool) -> Any:
-    if as_list or any(c["type"] != "text" for c in content):
+    if as_list or any(c.get("type") != "text" for c in content):
         return content
     # A plain-string message: several text parts (built by code, not parsed) join the way
     # Message.text joins them.

@@ -34,6 +34,7 @@ __all__ = [
     "ToolCallPart",
     "ToolResultPart",
     "FilePart",
+    "ProviderPart",
     "Part",
     "PartRef",
     "Message",
@@ -187,8 +188,24 @@ class FilePart(_Model):
         return None if value is None else base64.b64encode(value).decode("ascii")
 
 
+class ProviderPart(_Model):
+    """An item of a provider's own format that no other part models: an OpenAI
+    ``compaction`` item or encrypted reasoning, a hosted (server-side) tool call and its
+    result, a framework's native part. Stored losslessly and sent back only to the
+    provider that made it (:attr:`eventstore.views.ViewOptions.provider`); views for any
+    other provider leave it out, and a message holding nothing else is left out too."""
+
+    type: Literal["provider"] = "provider"
+    """Discriminator."""
+    provider: str = Field(min_length=1, max_length=255)
+    """Who made it and may read it back: a litellm provider name (``openai``,
+    ``anthropic``, ``gemini``) or a framework's (``openai-agents``, ``pydantic-ai``)."""
+    item: dict[str, Any]
+    """The item exactly as the provider gave it (JSON)."""
+
+
 Part = Annotated[
-    TextPart | ReasoningPart | ToolCallPart | ToolResultPart | FilePart,
+    TextPart | ReasoningPart | ToolCallPart | ToolResultPart | FilePart | ProviderPart,
     Field(discriminator="type"),
 ]
 """One piece of a message."""

@@ -7,11 +7,20 @@ costs nothing; :class:`LiteLLMTokenCounter` uses litellm's offline tokenizers fo
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Protocol, runtime_checkable
 
 from . import _litellm
-from .events import FilePart, Part, ReasoningPart, TextPart, ToolCallPart, ToolResultPart
+from .events import (
+    FilePart,
+    Part,
+    ProviderPart,
+    ReasoningPart,
+    TextPart,
+    ToolCallPart,
+    ToolResultPart,
+)
 
 __all__ = [
     "TokenCounter",
@@ -82,6 +91,8 @@ def part_text(part: Part) -> str:
         return f"{part.name} {part.arguments}"
     if isinstance(part, ToolResultPart):
         return part.output
+    if isinstance(part, ProviderPart):
+        return json.dumps(part.item, ensure_ascii=False, separators=(",", ":"))
     return ""
 
 

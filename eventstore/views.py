@@ -35,6 +35,7 @@ from .events import (
     Message,
     Part,
     PartRef,
+    ProviderPart,
     Prune,
     ToolResultPart,
     Usage,
@@ -113,6 +114,11 @@ class ViewOptions(BaseModel):
     other attachment of those kinds goes out as a one-line text stand-in instead of being
     dropped or rejected. ``None`` sends every attachment. :meth:`for_model` fills it from
     litellm's model map."""
+    provider: str | None = None
+    """Whose opaque items (:class:`~eventstore.events.ProviderPart`) go out, as content
+    blocks exactly as stored: the provider the view is sent to. Every other provider's
+    items are left out, and so is a message holding nothing else. :meth:`for_model` fills
+    it from litellm's model map."""
     keep_extra: bool = False
 
     """Also send message fields that have no typed slot (``Message.extra``, kept so imports
@@ -138,10 +144,16 @@ class ViewOptions(BaseModel):
     def for_model(cls, model: str, **options: Any) -> ViewOptions:
         """Options for ``model``: :attr:`accepts` from its ``supports_vision`` /
         ``supports_pdf_input`` / ``supports_audio_input`` flags in litellm's model map
-        (unknown models: everything is sent)."""
+        (unknown models: everything is sent), and :attr:`provider` from the same map (or
+        the ``provider/`` prefix of the name)."""
         from .media import accepted_types
+        from .models import ModelInfo
 
-        return cls(accepts=accepted_types(model), **options)
+        found = ModelInfo.find(model)
+        provider = found.provider if found is not None else None
+        if provider is None and "/" in model:
+            provider = model.split("/", 1)[0]  # litellm routes "provider/model" by its prefix
+        return cls(**{"accepts": accepted_types(model), "provider": provider, **options})
 
     @classmethod
     def recorded(cls, render_options: dict[str, Any]) -> ViewOptions:
@@ -510,8 +522,13 @@ def _render(view: View) -> list[dict[str, Any]]:
 
     def emit(msg: Message, compacted: dict[int, PartRef]) -> list[dict[str, Any]]:
         refused = _refused_media(msg, options)
+        if all(isinstance(p, ProviderPart) and p.provider != options.provider for p in msg.parts):
+            if msg.parts:
+                return []  # only another provider's items: nothing this model may read
         if not compacted and not refused:
-            return to_openai(msg, extra=options.keep_extra, null_content=null)
+            return to_openai(
+                msg, extra=options.keep_extra, null_content=null, provider=options.provider
+            )
 
         def placeholder_for(index: int, part: Part) -> str | None:
             ref = compacted.get(index)
@@ -519,7 +536,13 @@ def _render(view: View) -> list[dict[str, Any]]:
                 return placeholder_text(options, ref)
             return media_stand_in(part) if index in refused else None
 
-        return to_openai(msg, placeholder_for=placeholder_for, extra=False, null_content=null)
+        return to_openai(
+            msg,
+            placeholder_for=placeholder_for,
+            extra=False,
+            null_content=null,
+            provider=options.provider,
+        )
 
     # Pair results with calls: every call's result goes right after its call group, a call
     # with no result gets an explicit interrupted result, a result with no call is left

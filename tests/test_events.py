@@ -31,7 +31,7 @@ from eventstore import (
     decode_tool_output,
 )
 from eventstore.codec import canonical_json, decode_event, encode_event
-from eventstore.events import EVENT_ADAPTER, PART_ADAPTER
+from eventstore.events import EVENT_ADAPTER, PART_ADAPTER, Purge
 
 EVENT_DICTS: dict[str, tuple[dict[str, Any], type]] = {
     "message": (
@@ -59,6 +59,10 @@ EVENT_DICTS: dict[str, tuple[dict[str, Any], type]] = {
     "dequeued": ({"kind": "dequeued", "queued_seq": 4}, Dequeued),
     "run_state": ({"kind": "run_state", "state": "streaming", "stream_id": "s-1"}, RunState),
     "delta": ({"kind": "delta", "stream_id": "s-1", "text": "chunk"}, Delta),
+    "purge": (
+        {"kind": "purge", "from_seq": 1, "to_seq": 2, "events": 2, "hashes": "h", "redacted": "r"},
+        Purge,
+    ),
 }
 
 
