@@ -21,68 +21,26 @@ two paths to that.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy.engine import Connection
 
+from ._bulk import (
+    _EV_SQLITE,
+    _EVENT_COLS,
+    _PART_COLS,
+    _PG_EVENT_TYPES,
+    _PG_PART_TYPES,
+    _PT_SQLITE,
+    _sqlite_row,
+    _sqlite_ts,
+)
 from ._sql import build_rows
 from .codec import Encoded
 from .events import Prune, utcnow
 from .records import AppendResult
 
 __all__ = ["fast_append", "eligible", "HeadCache", "try_fast"]
-
-_EVENT_COLS = (
-    "session_id",
-    "seq",
-    "id",
-    "kind",
-    "created_at",
-    "payload",
-    "token_count",
-    "size",
-    "idempotency_key",
-    "batch_size",
-    "batch_digest",
-    "hash",
-)
-_PG_EVENT_TYPES = (
-    "varchar",
-    "integer",
-    "varchar",
-    "varchar",
-    "timestamptz",
-    "text",
-    "integer",
-    "bigint",
-    "varchar",
-    "integer",
-    "varchar",
-    "varchar",
-)
-_PART_COLS = (
-    "session_id",
-    "seq",
-    "idx",
-    "type",
-    "tool_call_id",
-    "tool_name",
-    "state",
-    "token_count",
-)
-_PG_PART_TYPES = (
-    "varchar",
-    "integer",
-    "integer",
-    "varchar",
-    "varchar",
-    "varchar",
-    "varchar",
-    "integer",
-)
-_EV_SQLITE = f"INSERT INTO events ({', '.join(_EVENT_COLS)}) VALUES ({', '.join('?' * 12)})"
-_PT_SQLITE = f"INSERT INTO parts ({', '.join(_PART_COLS)}) VALUES ({', '.join('?' * 8)})"
 
 
 class HeadCache:
@@ -184,16 +142,6 @@ def fast_append(
         finally:
             cur.close()
     return AppendResult(seqs=list(range(head + 1, seq + 1)), head_seq=seq, head_hash=new_hash)
-
-
-def _sqlite_ts(value: datetime) -> str:
-    """A datetime exactly as SQLAlchemy stores ``UTCDateTime`` on SQLite: naive UTC text
-    with microseconds (the ordinary path's format, byte for byte)."""
-    return value.astimezone(UTC).replace(tzinfo=None).strftime("%Y-%m-%d %H:%M:%S.%f")
-
-
-def _sqlite_row(row: dict[str, Any], cols: tuple[str, ...]) -> tuple[Any, ...]:
-    return tuple(_sqlite_ts(row[c]) if c == "created_at" else row[c] for c in cols)
 
 
 def try_fast(

@@ -29,6 +29,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
 from . import _blobs
+from ._bulk import BULK_MIN, bulk_insert
 from ._checks import check_json_value, check_references
 from .codec import (
     Encoded,
@@ -463,10 +464,13 @@ def append(
     event_rows, part_rows, prunes, prev, seq = build_rows(
         session_id, head, head_hash, encoded, idempotency_key, batch_hash, now
     )
-    # One row goes through the single-row path; lists take the executemany path.
-    conn.execute(_INSERT_EVENTS, event_rows[0] if len(event_rows) == 1 else event_rows)
-    if part_rows:
-        conn.execute(_INSERT_PARTS, part_rows[0] if len(part_rows) == 1 else part_rows)
+    if len(event_rows) > BULK_MIN:
+        bulk_insert(conn, event_rows, part_rows)  # the driver's own bulk path
+    else:
+        # One row goes through the single-row path; lists take the executemany path.
+        conn.execute(_INSERT_EVENTS, event_rows[0] if len(event_rows) == 1 else event_rows)
+        if part_rows:
+            conn.execute(_INSERT_PARTS, part_rows[0] if len(part_rows) == 1 else part_rows)
     attached = {d: b for enc in encoded for d, b in enc.blobs.items()}
     if attached:
         _blobs.save(conn, tenant, attached)

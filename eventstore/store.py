@@ -24,7 +24,7 @@ import asyncio
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
@@ -61,7 +61,7 @@ from .errors import (
     StorageBusyError,
     StorageError,
 )
-from .events import EVENT_ADAPTER, Condensation, Event, LLMCall, Message, Part, PartRef
+from .events import EVENT_ADAPTER, Condensation, Event, LLMCall, Message, Part, PartRef, utcnow
 from .migrate import ensure_schema
 from .records import AppendResult, Session, StoredEvent, VerifyReport
 from .tokens import HeuristicTokenCounter, TokenCounter
@@ -80,7 +80,6 @@ __all__ = [
 DEFAULT_MAX_EVENT_BYTES = 32 * 1024 * 1024
 DEFAULT_BLOB_THRESHOLD = 64 * 1024
 DEFAULT_LOCK_TIMEOUT_MS = 5_000
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MAX_INT = 2**63 - 1  # the widest integer both backends bind
 _MAX_COUNT = 2**31 - 1  # token counts and seqs are 32-bit columns
 T = TypeVar("T")
@@ -99,6 +98,20 @@ def _describe(exc: ValidationError, index: int) -> str:
     err = exc.errors()[0]
     loc = ".".join(str(p) for p in err["loc"])
     return f"events[{index}].{loc}: {err['msg']}"
+
+
+def _read_back(kind: str, payload: str, created_at: Any) -> None:
+    """Parse a payload as :func:`~eventstore.codec.decode_event` would, in one pass of
+    pydantic's JSON validator (the read that follows an append must never fail)."""
+    head = f'{{"kind":"{kind}","id":"0"'
+    if isinstance(created_at, datetime):
+        head += f',"created_at":"{created_at.isoformat()}"'
+    try:
+        EVENT_ADAPTER.validate_json(head + "}" if payload == "{}" else head + "," + payload[1:])
+    except ValidationError:
+        # The JSON parser refuses what Python's accepts (lone surrogates kept from invalid
+        # UTF-8 tool output): decide exactly as the read will.
+        decode_event(kind, payload, "0", created_at or utcnow())
 
 
 class EventStore(SessionMethods, RuntimeMethods, FeedMethods, SearchMethods, PurgeMethods):
@@ -321,7 +334,7 @@ class EventStore(SessionMethods, RuntimeMethods, FeedMethods, SearchMethods, Pur
                 # Models are mutable and unvalidated on assignment: make sure what is about
                 # to be stored reads back, or a single bad event would make the log unreadable.
                 try:
-                    decode_event(enc.kind, enc.payload, "0", evt.created_at or _EPOCH)
+                    _read_back(enc.kind, enc.payload, evt.created_at)
                 except ValidationError as exc:
                     raise InvalidEventError(_describe(exc, i)) from None
                 except RecursionError:

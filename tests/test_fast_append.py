@@ -99,3 +99,34 @@ def test_a_stale_head_falls_back_and_conflicts_stay_typed(db_url: str) -> None:
         a.delete_session(sid)
         with pytest.raises(Exception, match="no session"):
             a.append(sid, [Message.user("after delete")])
+
+
+def test_bulk_batches_write_the_same_rows_as_small_appends(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch over ``BULK_MIN`` events goes through the driver (executemany or COPY): the
+    stored rows are byte for byte those of the same events appended in small batches."""
+    from eventstore import _bulk
+
+    calls = 0
+    real = _bulk.bulk_insert
+
+    def counting(*args: Any, **kw: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        return real(*args, **kw)
+
+    monkeypatch.setattr(_sql, "bulk_insert", counting)
+    events = [m for i in range(20) for m in _batch(i % 60)]
+    with EventStore(db_url, tenant=f"t-{uuid.uuid4().hex}", upgrade=True) as store:
+        bulk_sid, small_sid = str(uuid.uuid4()), str(uuid.uuid4())
+        store.create_session(session_id=bulk_sid)
+        store.create_session(session_id=small_sid)
+        store.append(bulk_sid, events)
+        assert calls == 1
+        for i in range(0, len(events), 2):
+            store._heads.drop(small_sid)
+            store.append(small_sid, events[i : i + 2])
+        assert calls == 1
+        assert _rows(store, bulk_sid) == _rows(store, small_sid)
+        assert store.verify(bulk_sid).ok

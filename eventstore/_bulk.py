@@ -1,0 +1,104 @@
+"""Writing a batch's rows through the driver: ``executemany`` on SQLite, ``COPY`` on
+Postgres. The rows (and so the stored bytes) are those SQLAlchemy would write; only its
+per-row statement processing is skipped. Used by the append fast path and by the ordinary
+path for large batches."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy.engine import Connection
+
+__all__ = ["bulk_insert", "BULK_MIN"]
+
+#: Batches of more events than this go through :func:`bulk_insert` on the ordinary path.
+BULK_MIN = 16
+
+_EVENT_COLS = (
+    "session_id",
+    "seq",
+    "id",
+    "kind",
+    "created_at",
+    "payload",
+    "token_count",
+    "size",
+    "idempotency_key",
+    "batch_size",
+    "batch_digest",
+    "hash",
+)
+_PG_EVENT_TYPES = (
+    "varchar",
+    "integer",
+    "varchar",
+    "varchar",
+    "timestamptz",
+    "text",
+    "integer",
+    "bigint",
+    "varchar",
+    "integer",
+    "varchar",
+    "varchar",
+)
+_PART_COLS = (
+    "session_id",
+    "seq",
+    "idx",
+    "type",
+    "tool_call_id",
+    "tool_name",
+    "state",
+    "token_count",
+)
+_PG_PART_TYPES = (
+    "varchar",
+    "integer",
+    "integer",
+    "varchar",
+    "varchar",
+    "varchar",
+    "varchar",
+    "integer",
+)
+_EV_SQLITE = f"INSERT INTO events ({', '.join(_EVENT_COLS)}) VALUES ({', '.join('?' * 12)})"
+_PT_SQLITE = f"INSERT INTO parts ({', '.join(_PART_COLS)}) VALUES ({', '.join('?' * 8)})"
+
+
+def _sqlite_ts(value: datetime) -> str:
+    """A datetime exactly as SQLAlchemy stores ``UTCDateTime`` on SQLite: naive UTC text
+    with microseconds (the ordinary path's format, byte for byte)."""
+    return value.astimezone(UTC).replace(tzinfo=None).strftime("%Y-%m-%d %H:%M:%S.%f")
+
+
+def _sqlite_row(row: dict[str, Any], cols: tuple[str, ...]) -> tuple[Any, ...]:
+    return tuple(_sqlite_ts(row[c]) if c == "created_at" else row[c] for c in cols)
+
+
+def bulk_insert(
+    conn: Connection, event_rows: list[dict[str, Any]], part_rows: list[dict[str, Any]]
+) -> None:
+    """Insert a batch's rows through the driver, inside the caller's transaction: one
+    ``executemany`` per table on SQLite, ``COPY`` on Postgres. The same rows, and so the
+    same stored bytes, as SQLAlchemy's ``executemany`` without its per-row processing."""
+    driver = conn.connection.driver_connection
+    assert driver is not None
+    if conn.dialect.name == "postgresql":
+        with driver.cursor() as cur:
+            with cur.copy(f"COPY events ({', '.join(_EVENT_COLS)}) FROM STDIN") as copy:
+                for r in event_rows:
+                    copy.write_row([r[c] for c in _EVENT_COLS])
+            if part_rows:
+                with cur.copy(f"COPY parts ({', '.join(_PART_COLS)}) FROM STDIN") as copy:
+                    for r in part_rows:
+                        copy.write_row([r[c] for c in _PART_COLS])
+        return
+    cur = driver.cursor()
+    try:
+        cur.executemany(_EV_SQLITE, [_sqlite_row(r, _EVENT_COLS) for r in event_rows])
+        if part_rows:
+            cur.executemany(_PT_SQLITE, [_sqlite_row(r, _PART_COLS) for r in part_rows])
+    finally:
+        cur.close()
