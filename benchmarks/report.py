@@ -27,9 +27,10 @@ BACKENDS = ("sqlite", "postgres")
 STORE_SQL = "driver, store's SQL"
 SHORT = "eventstore (50-event tail)"
 RAW = {"sqlite": "sqlite3", "postgres": "psycopg"}
-SINGLE_RATIO_GOAL = 1.5
+SINGLE_RATIO_GOAL = 2.0
+SINGLE_RATIO_STRETCH = 1.5
 FLAT_GOAL = 1.25
-BATCH_GOAL = {"sqlite": 0.5, "postgres": 0.6}
+BATCH_GOAL = {"sqlite": 0.35, "postgres": 0.5}
 VIEW_GROWTH_GOAL = 1.2
 MEMORY_GROWTH_GOAL = 1.2
 
@@ -92,7 +93,7 @@ def evaluate_targets(rec: Recorder, settings: Settings) -> list[Target]:
                 Target(
                     "single append vs raw floor (median)",
                     be,
-                    f"≤ {SINGLE_RATIO_GOAL}× at every size",
+                    f"≤ {SINGLE_RATIO_GOAL}× at every size (stretch {SINGLE_RATIO_STRETCH}×)",
                     f"worst {worst:.2f}× (at {at:,} events)",
                     worst <= SINGLE_RATIO_GOAL,
                 )
@@ -141,6 +142,20 @@ def evaluate_targets(rec: Recorder, settings: Settings) -> list[Target]:
                 f"≥ {BATCH_GOAL[be]:.0%}",
                 "—" if batch is None else f"{batch:.0%}",
                 None if batch is None else batch >= BATCH_GOAL[be],
+            )
+        )
+        ours_batch = rec.med("events_per_s", "append_batch", be, "eventstore", settings.batch)
+        peer_batch = rec.med("events_per_s", "append_batch", be, OPENAI, settings.batch)
+        out.append(
+            Target(
+                f"batch append vs {OPENAI} add_items",
+                be,
+                "faster",
+                "peer not measured"
+                if ours_batch is None or peer_batch is None
+                else f"{ours_batch:,.0f} vs {peer_batch:,.0f} events/s "
+                f"({ours_batch / peer_batch:.2f}×)",
+                None if ours_batch is None or peer_batch is None else ours_batch > peer_batch,
             )
         )
         vlo, vhi = settings.view_sizes[0], settings.view_sizes[-1]

@@ -152,6 +152,10 @@ class CondensationPolicy:
             automatic attempt, whatever the growth (``None``: growth only).
         options: View options used to build and measure views.
         token_counter: Counts summary tokens (use the store's counter).
+        use_usage: Decide on the provider's recorded usage when the session has it: the
+            newest model call's prompt tokens (cached ones included) plus what was
+            appended since, its reply among it (the heuristic fills only that gap), and
+            aim the run's target so the real size lands on it.
     """
 
     def __init__(
@@ -168,6 +172,7 @@ class CondensationPolicy:
         retry_after_events: int | None = None,
         options: ViewOptions | None = None,
         token_counter: TokenCounter | None = None,
+        use_usage: bool = True,
     ) -> None:
         if not 0 < target <= threshold <= 1:
             raise ConfigurationError(
@@ -191,6 +196,7 @@ class CondensationPolicy:
         self.retry_after_events = retry_after_events
         self.options = options
         self.token_counter = token_counter or HeuristicTokenCounter()
+        self.use_usage = use_usage
         self._seen: dict[str, Breaker] = {}  # the newest state read, for is_open only
 
     # -- decisions
@@ -201,9 +207,14 @@ class CondensationPolicy:
         return self._seen.get(session_id, Breaker()).opened_at is not None
 
     def decide(
-        self, view: View, requests: Sequence[tuple[int, CondensationRequest]] = ()
+        self,
+        view: View,
+        requests: Sequence[tuple[int, CondensationRequest]] = (),
+        tokens: int | None = None,
     ) -> Decision:
-        """What to do for ``view``, given pending manual requests (seq, request)."""
+        """What to do for ``view``, given pending manual requests (seq, request) and, when
+        known, its real size in ``tokens`` (default: the stored estimates)."""
+        size = view.tokens if tokens is None else tokens
         if requests:
             seq, req = requests[-1]
             target = min(self.budget.fraction(self.target), view.tokens // 2)
@@ -219,14 +230,18 @@ class CondensationPolicy:
             if not waited and grown_since(view, opened) < max(regrow, 1):
                 return Decision(None)
             # Half-open: one attempt; a failure records the wait's new start.
-        if view.tokens > self.budget.fraction(self.threshold):
+        if size > self.budget.fraction(self.threshold):
             last = view.condensation
             if (
-                view.tokens <= self.budget.available
+                size <= self.budget.available
                 and last is not None
                 and grown_since(view, last.seq) < regrow
             ):
                 return Decision(None)  # hysteresis: it fits, and little is new since
+            if size > view.tokens > 0:
+                # The estimates run low: aim lower so the real size lands on the target.
+                scaled = self.budget.fraction(self.target) * view.tokens // size
+                return Decision("threshold", target_tokens=scaled)
             return Decision("threshold")
         if self.max_events is not None:
             tail = [i for i in view.items if not i.pinned]
@@ -334,7 +349,8 @@ class CondensationPolicy:
         if view is None:
             view = yield from read_view(session_id, self.options)
         if trigger is None:
-            decision = self.decide(view, self.pending_requests(view))
+            size = view.measured_tokens() if self.use_usage else None
+            decision = self.decide(view, self.pending_requests(view), size)
             if decision.trigger is None:
                 skipped = "circuit_open" if self.is_open(session_id) else "under_threshold"
                 return _idle(view, self, skipped)

@@ -119,14 +119,19 @@ def _read_control(
     conn: Connection, segments: Sequence[Segment], lo: int, hi: int
 ) -> list[StoredEvent]:
     """Condensation requests in ``lo..hi`` and, when there is one, the custom events after
-    the first (where a condensation policy records its answers)."""
+    the first (where a condensation policy records its answers), the newest breaker event
+    and the newest ``llm_call``."""
     requests = _read_kind(conn, segments, lo, hi, "condensation_request")
     customs = _read_kind(conn, segments, requests[0].seq + 1, hi, "custom") if requests else []
     # And the newest breaker event (a policy's state): a backward (session_id, kind, seq) index
     # scan of the tail's custom events, stopping at the first match (usually one row or none).
     found = _latest_breaker(conn, segments, lo, hi)
     customs = [c for c in customs if found is None or c.seq != found.seq]
-    return sorted(requests + customs + ([found] if found else []), key=lambda e: e.seq)
+    # And the newest model call (its reported usage calibrates the policy's decisions):
+    # one backward probe of the (session_id, kind, seq) index.
+    call = latest_in(conn, segments, "llm_call", hi)
+    calls = [call] if call is not None and call.seq >= lo else []
+    return sorted(requests + customs + ([found] if found else []) + calls, key=lambda e: e.seq)
 
 
 def _latest_breaker(

@@ -188,7 +188,8 @@ class ViewRows:
     """Part state by seq and index, for the pinned and tail events."""
     control: list[StoredEvent]
     """Condensation requests after the condensation, the custom events after the first,
-    and the newest ``condenser.circuit*`` custom event after the condensation."""
+    the newest ``condenser.circuit*`` custom event and the newest ``llm_call`` after the
+    condensation."""
     rows_read: int = 0
     """Rows fetched."""
 
@@ -248,8 +249,10 @@ class View:
     """Tokens of synthetic content (interrupted results)."""
     control: list[StoredEvent] = field(default_factory=list)
     """Condensation requests made since the view's condensation (with the custom events
-    that follow the first one, where a policy records its answers), and the newest
-    ``condenser.circuit*`` custom event since the condensation (a policy's breaker state)."""
+    that follow the first one, where a policy records its answers), the newest
+    ``condenser.circuit*`` custom event since the condensation (a policy's breaker state),
+    and the newest ``llm_call`` since it (its reported usage measures the view: see
+    :meth:`measured_tokens`)."""
     _messages: list[dict[str, Any]] | None = None
 
     @property
@@ -268,6 +271,14 @@ class View:
         if self.condensation is None or not isinstance(self.condensation.event, Condensation):
             return None
         return self.condensation.event.summary
+
+    def measured_tokens(self) -> int:
+        """The view's size by the provider's count where the session recorded one: the
+        newest model call's prompt tokens (when the view has not been reshaped since) plus
+        the stored estimates of what was appended after it; else :attr:`tokens`."""
+        floor = calibration_floor(self)
+        calls = [e.event for e in self.control if isinstance(e.event, LLMCall) and e.seq >= floor]
+        return calibrate(self, calls)
 
     @property
     def tokens(self) -> int:
@@ -671,10 +682,16 @@ def calibration_floor(view: View) -> int:
     return floor
 
 
+#: A reported prompt size further than this factor from the estimate of the same view is
+#: not trusted (a mock's fixed usage, a provider that reports only uncached input).
+CALIBRATION_RANGE = 3.0
+
+
 def calibrate(view: View, calls: Iterable[LLMCall]) -> int:
     """The view's tokens, anchored on the newest provider-reported prompt size in ``calls``
     (``llm_call`` events from :func:`calibration_floor` to the view's seq) plus the stored
-    counts of what was appended after that call's view."""
+    counts of what was appended after that call's view. A reported size more than
+    :data:`CALIBRATION_RANGE` times off the estimate of the view it measured is ignored."""
     last: LLMCall | None = None
     for call in calls:
         if call.usage is not None and call.usage.prompt_tokens:
@@ -682,4 +699,8 @@ def calibrate(view: View, calls: Iterable[LLMCall]) -> int:
     if last is None or last.usage is None or last.usage.prompt_tokens is None:
         return view.tokens
     newer = sum(i.tokens for i in view.items if i.seq > last.view_seq and not i.pinned)
-    return last.usage.prompt_tokens + newer
+    estimated = view.tokens - newer  # the view the call measured (nothing reshaped since)
+    reported = last.usage.prompt_tokens
+    if estimated > 0 and not 1 / CALIBRATION_RANGE <= reported / estimated <= CALIBRATION_RANGE:
+        return view.tokens
+    return reported + newer

@@ -121,3 +121,75 @@ def test_fit_summary_keeps_headings_and_says_it_cut() -> None:
     assert "- ValueError 0" in cut and "- src/f0.py" in cut  # oldest entries survive
     assert fit_summary(summary, 5, counter) is None  # no room for any summary
     assert fit_summary(summary, -1, counter) == summary  # nothing fits either way
+
+
+def _with_usage(store: EventStore, prompt_tokens: int) -> tuple[str, int]:
+    """A session whose last model call reported ``prompt_tokens``; returns it and the
+    stored estimate of its view."""
+    from eventstore import LLMCall, Usage
+
+    sid = store.create_session().id
+    store.append(sid, [Message.system("sys"), Message.user("Fix the bug.")])
+    for i in range(10):
+        _turn(store, sid, i, words=60)
+    view = store.view(sid)
+    call = LLMCall(
+        model="gpt-4o-mini",
+        view_seq=view.seq,
+        fingerprint=view.fingerprint(),
+        usage=Usage(prompt_tokens=prompt_tokens, completion_tokens=20),
+    )
+    store.append(sid, [call, Message.assistant("next step")])
+    return sid, store.view(sid).tokens
+
+
+def test_recorded_usage_triggers_what_the_estimate_misses(store: EventStore) -> None:
+    budget = _budget()
+    sid, estimate = _with_usage(store, prompt_tokens=3_000)  # the provider counted more
+    assert estimate < budget.fraction(0.8)
+    blind = CondensationPolicy(budget, use_usage=False, token_counter=store.token_counter)
+    assert blind.maybe_condense(store, sid).trigger is None
+    informed = CondensationPolicy(budget, token_counter=store.token_counter)
+    assert store.calibrated_tokens(store.view(sid)) > budget.fraction(0.8)
+    out = informed.maybe_condense(store, sid)
+    assert out.trigger == "threshold" and out.condensed
+    # The target was scaled down by the estimate's error, so the real size lands on it.
+    assert out.target < budget.fraction(0.5)
+
+
+def test_implausible_usage_is_not_trusted(store: EventStore) -> None:
+    """A mock's fixed usage (or a count far off the estimate) does not hold condensation
+    back: the estimate decides."""
+    sid, estimate = _with_usage(store, prompt_tokens=10)
+    view = store.view(sid)
+    assert view.measured_tokens() == view.tokens == estimate
+
+
+def test_recorded_usage_holds_back_what_the_estimate_overrates(store: EventStore) -> None:
+    budget = _budget()
+    sid = store.create_session().id
+    store.append(sid, [Message.system("sys"), Message.user("Fix the bug.")])
+    for i in range(20):
+        _turn(store, sid, i, words=60)
+    estimate = store.view(sid).tokens
+    assert estimate > budget.fraction(0.8)
+    from eventstore import LLMCall, Usage
+
+    view = store.view(sid)
+    store.append(
+        sid,
+        [
+            LLMCall(
+                model="gpt-4o-mini",
+                view_seq=view.seq,
+                fingerprint=view.fingerprint(),
+                usage=Usage(prompt_tokens=1_200),
+            ),
+            Message.assistant("ok"),
+        ],
+    )
+    policy = CondensationPolicy(budget, token_counter=store.token_counter)
+    out = policy.maybe_condense(store, sid)
+    assert out.trigger is None and out.skipped == "under_threshold"
+    blind = CondensationPolicy(budget, use_usage=False, token_counter=store.token_counter)
+    assert blind.maybe_condense(store, sid).trigger == "threshold"
