@@ -397,3 +397,21 @@ def test_the_sdks_compaction_session_replaces_history_with_a_condensation(sessio
     assert cond is not None and isinstance(cond.event, Condensation)
     assert cond.event.condenser == "openai_agents.responses_compact"  # replaced, not cleared
     assert len(list(sync.forgotten(sid, cond.seq))) >= len(history)
+
+
+def test_the_readme_condensation_example_runs(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    section = readme.split("**OpenAI Agents SDK**", 1)[1].split("**pydantic-ai**", 1)[0]
+    blocks = re.findall(r"```python\n(.*?)```", section, re.S)
+    assert len(blocks) == 2, "the README lost its OpenAI Agents condensation example"
+    monkeypatch.chdir(tmp_path)
+    exec(compile(blocks[1], "README.md", "exec"), {"__name__": "readme_agents_condensed"})
+    with EventStore(f"sqlite:///{tmp_path / 'agents.db'}") as store:
+        sid = store.get_session_by_key("user-42-condensed").id
+        assert len(list(store.read(sid, kinds=["message"]))) == 2
+        assert store.verify(sid).ok
