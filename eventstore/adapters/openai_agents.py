@@ -21,6 +21,24 @@ understands also become typed messages, so views, search and condensers work on 
 items, hosted tool calls) is kept opaque as a ``Custom`` event named
 ``openai_agents.item``.
 
+Condensation goes through the SDK's own hooks; give the session a
+:class:`~condensers.CondensationPolicy`::
+
+    session = EventStoreSession("user-42-chat", "sqlite:///agents.db", policy=policy)
+    config = RunConfig(call_model_input_filter=session.model_input_filter())
+    result = await Runner.run(agent, "Hi!", session=session, run_config=config)
+
+* :meth:`EventStoreSession.model_input_filter` (``RunConfig.call_model_input_filter``):
+  the model gets the condensed view, ``get_items`` keeps returning everything;
+* :meth:`EventStoreSession.run_compaction` (the SDK's
+  ``OpenAIResponsesCompactionAwareSession`` hook, called by the Runner after each turn):
+  a condensation the policy writes becomes the compacted history ``get_items`` returns;
+* wrapped in the SDK's ``OpenAIResponsesCompactionSession``, the compacted history it
+  gets from ``responses.compact`` replaces the old one as a condensation, not a clear.
+
+A clear is a condensation too (it forgets everything before it), so views and condensers
+start over with the SDK's history. Nothing is deleted on any of these paths.
+
 ``get_items(limit=n)`` reads backwards from the head in pages and stops after ``n`` items:
 its cost follows ``n``, not the session's length. The SDK's ``session_id`` is stored as
 the session's key (:meth:`EventStore.get_session_by_key`), so the same id finds the same
@@ -51,7 +69,7 @@ from ..views import View, ViewOptions, placeholder_text
 if TYPE_CHECKING:
     from condensers.policy import CondensationPolicy
 
-__all__ = ["EventStoreSession", "item_to_event"]
+__all__ = ["EventStoreSession", "condensed_items", "item_to_event"]
 
 ITEM = "openai_agents.item"
 POP = "openai_agents.pop"
