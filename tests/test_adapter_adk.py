@@ -333,3 +333,175 @@ def test_the_benchmark_runs_in_smoke_mode(tmp_path: Any) -> None:
     services = [r["service"] for r in data["rows"]]
     assert services == ["eventstore (SQLite)", "ADK DatabaseSessionService (SQLite)"]
     assert all(r["sizes"]["2000"]["median_ms"] > 0 for r in data["rows"])
+
+
+# -- ADK event compaction as condensations
+
+from typing import ClassVar  # noqa: E402
+
+from google.adk.apps import App  # noqa: E402
+from google.adk.apps._configs import EventsCompactionConfig  # noqa: E402
+from google.adk.apps.llm_event_summarizer import LlmEventSummarizer  # noqa: E402
+from google.adk.events.event_actions import EventCompaction  # noqa: E402
+
+from eventstore.errors import NotFoundError  # noqa: E402
+from eventstore.events import Condensation  # noqa: E402
+from eventstore.views import RECALL_SUMMARY_PREFIX  # noqa: E402
+
+
+def _compaction(start: float, end: float, text: str) -> Event:
+    return Event(
+        invocation_id="compaction",
+        author="user",
+        actions=EventActions(
+            compaction=EventCompaction(
+                start_timestamp=start,
+                end_timestamp=end,
+                compacted_content=types.Content(role="model", parts=[types.Part(text=text)]),
+            )
+        ),
+        timestamp=end + 100,
+    )
+
+
+def _sid(service: Any, session_id: str, user_id: str = "u") -> str:
+    return str(service.store_session_id(app_name=APP, user_id=user_id, session_id=session_id))
+
+
+def _condensations(sync: EventStore, sid: str) -> list[Any]:
+    return list(sync.read(sid, kinds=["condensation"]))
+
+
+def test_a_compaction_event_is_also_a_condensation(service: Any) -> None:
+    base = 1_000_000.0
+
+    async def go() -> list[Event]:
+        s = await service.create_session(
+            app_name=APP, user_id="u", session_id="cmp", state={"k": 1}
+        )
+        events = [_text_event("user" if i % 2 == 0 else APP, f"m{i}", base + i) for i in range(6)]
+        for e in events:
+            await service.append_event(s, e)
+        events.append(_compaction(base, base + 3, "SUMMARY A"))
+        await service.append_event(s, events[-1])
+        got = await service.get_session(app_name=APP, user_id="u", session_id="cmp")
+        assert got is not None and got.state == {"k": 1}
+        assert [e.model_dump() for e in got.events] == [e.model_dump() for e in events]
+        return events
+
+    run(go())
+    sync: EventStore = service.store.sync
+    sid = _sid(service, "cmp")
+    conds = _condensations(sync, sid)
+    assert len(conds) == 1
+    cond = conds[0].event
+    assert isinstance(cond, Condensation)
+    messages = list(sync.read(sid, kinds=["message"]))
+    assert (cond.forgotten_from, cond.forgotten_to) == (messages[0].seq, messages[3].seq)
+    assert cond.summary == "SUMMARY A" and cond.trigger == "import"
+    assert cond.tokens_before is not None and cond.tokens_before > 0
+    view = sync.view(sid)
+    assert view.tokens == cond.tokens_after
+    rendered = view.to_messages()
+    assert rendered[0]["content"] == RECALL_SUMMARY_PREFIX + "SUMMARY A"
+    assert [m["content"] for m in rendered[1:]] == ["m4", "m5"]
+    assert [e.event.text for e in sync.forgotten(sid, conds[0].seq)] == ["m0", "m1", "m2", "m3"]
+    assert sync.verify(sid).ok
+    with pytest.raises(NotFoundError, match="create_session"):
+        service.store_session_id(app_name=APP, user_id="someone-else", session_id="cmp")
+
+
+def test_later_compactions_fold_supersede_or_are_ignored(service: Any) -> None:
+    base = 2_000_000.0
+
+    async def go() -> None:
+        s = await service.create_session(app_name=APP, user_id="u", session_id="fold")
+        for i in range(8):
+            await service.append_event(s, _text_event("user", f"m{i}", base + i))
+        await service.append_event(s, _compaction(base, base + 2, "A"))
+        # Starts inside A's range and ends after it: ADK shows both summaries.
+        await service.append_event(s, _compaction(base + 2, base + 4, "B"))
+        # Inside the range already condensed: ADK ignores it, so do we.
+        await service.append_event(s, _compaction(base + 1, base + 3, "ignored"))
+        # Contains everything so far: it alone stands for m0..m6.
+        await service.append_event(s, _compaction(base, base + 6, "C"))
+
+    run(go())
+    sync: EventStore = service.store.sync
+    sid = _sid(service, "fold")
+    seqs = [e.seq for e in sync.read(sid, kinds=["message"])]
+    conds = [c.event for c in _condensations(sync, sid)]
+    assert [(c.forgotten_from, c.forgotten_to, c.summary) for c in conds] == [
+        (seqs[0], seqs[2], "A"),
+        (seqs[0], seqs[4], "A\n\nB"),
+        (seqs[0], seqs[6], "C"),
+    ]
+    assert [m["content"] for m in sync.view(sid).to_messages()] == [
+        RECALL_SUMMARY_PREFIX + "C",
+        "m7",
+    ]
+    got = run(service.get_session(app_name=APP, user_id="u", session_id="fold"))
+    assert len(got.events) == 12  # every ADK event, the compactions included
+    assert sync.verify(sid).ok
+
+
+class _Summarizer(BaseLlm):
+    """A summary model for ADK's LlmEventSummarizer: numbered summaries."""
+
+    calls: ClassVar[list[str]] = []
+
+    async def generate_content_async(
+        self, llm_request: Any, stream: bool = False
+    ) -> AsyncGenerator[LlmResponse, None]:
+        type(self).calls.append("x")
+        text = f"SUMMARY-{len(type(self).calls)}"
+        yield LlmResponse(content=types.Content(role="model", parts=[types.Part(text=text)]))
+
+
+@pytest.mark.filterwarnings("ignore:.*EXPERIMENTAL.*:UserWarning")
+def test_adk_runner_compaction_shows_in_our_view_as_adk_sends_it(db_url: str) -> None:
+    tenant = f"t-{uuid.uuid4().hex}"
+    _ScriptedLlm.replies = ["r1", "r2", "r3"]
+    _ScriptedLlm.seen = []
+    _Summarizer.calls = []
+    agent = LlmAgent(name="helper", model=_ScriptedLlm(model="scripted"))
+    config = EventsCompactionConfig(
+        summarizer=LlmEventSummarizer(llm=_Summarizer(model="summary")),
+        compaction_interval=2,
+        overlap_size=0,
+    )
+    app = App(name=APP, root_agent=agent, events_compaction_config=config)
+
+    async def go() -> tuple[Any, Any]:
+        async with AsyncEventStore(db_url, tenant=tenant) as store:
+            service = EventStoreSessionService(store=store)
+            await service.create_session(app_name=APP, user_id="ada", session_id="long")
+            runner = Runner(app=app, session_service=service)
+            for text in ["t1", "t2", "t3"]:
+                message = types.Content(role="user", parts=[types.Part(text=text)])
+                async for _ in runner.run_async(
+                    user_id="ada", session_id="long", new_message=message
+                ):
+                    pass
+            got = await service.get_session(app_name=APP, user_id="ada", session_id="long")
+            return got, _sid(service, "long", "ada")
+
+    got, sid = run(go())
+    assert _Summarizer.calls == ["x"]  # one compaction, after the second invocation
+    assert any(e.actions and e.actions.compaction for e in got.events)  # ADK's event is kept
+    # What ADK sent the model on the third turn is what our view showed at that point.
+    sent = _ScriptedLlm.seen[2]
+    assert "SUMMARY-1" in sent[0] and sent[1:] == ["t3"]
+    with EventStore(db_url, tenant=tenant) as sync:
+        conds = _condensations(sync, sid)
+        assert len(conds) == 1 and conds[0].event.summary == "SUMMARY-1"
+        t3 = next(e.seq for e in sync.read(sid, kinds=["message"]) if e.event.text == "t3")
+        shown = [m["content"] for m in sync.view(sid, as_of=t3).to_messages()]
+        assert shown == [RECALL_SUMMARY_PREFIX + "SUMMARY-1", "t3"]
+        assert [e.event.text for e in sync.forgotten(sid, conds[0].seq)][:4] == [
+            "t1",
+            "r1",
+            "t2",
+            "r2",
+        ]
+        assert sync.verify(sid).ok

@@ -171,3 +171,247 @@ def test_the_readme_example_runs(tmp_path: Any, monkeypatch: pytest.MonkeyPatch)
     monkeypatch.chdir(tmp_path)
     exec(compile(block.group(1), "README.md", "exec"), {"__name__": "readme_agents"})
     assert (tmp_path / "agents.db").exists()
+
+
+# -- condensation through the SDK's hooks
+
+from agents import RunConfig, function_tool  # noqa: E402
+from agents.memory import (  # noqa: E402
+    OpenAIResponsesCompactionSession,
+    is_openai_responses_compaction_aware_session,
+)
+from agents.testing import function_call  # noqa: E402
+
+from condensers import CondensationPolicy  # noqa: E402
+from eventstore.budget import Budget  # noqa: E402
+from eventstore.events import Condensation  # noqa: E402
+from eventstore.views import RECALL_SUMMARY_PREFIX  # noqa: E402
+
+_WORDS = " ".join(f"word{i}" for i in range(120))
+
+
+def _history(turns: int) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = []
+    for n in range(turns):
+        items.append(_user(f"question {n}: {_WORDS}"))
+        items.append({"role": "assistant", "content": f"answer {n}: {_WORDS}"})
+    return items
+
+
+def _policy() -> CondensationPolicy:
+    return CondensationPolicy(Budget(max_input_tokens=3_000), threshold=0.8, target=0.5)
+
+
+def _summary_items(items: Any) -> list[dict[str, Any]]:
+    return [
+        i
+        for i in items
+        if isinstance(i, dict) and str(i.get("content", "")).startswith(RECALL_SUMMARY_PREFIX)
+    ]
+
+
+def _store_session(session: EventStoreSession) -> tuple[EventStore, str]:
+    return session.store.sync, session.store_session_id
+
+
+def test_the_input_filter_sends_the_condensed_view_and_keeps_the_history(session: Any) -> None:
+    model = ScriptedModel([[assistant_message("done")]])
+    agent = Agent(name="helper", model=model)
+    history = _history(20)
+
+    async def go() -> list[Any]:
+        await session.add_items(history)
+        config = RunConfig(call_model_input_filter=session.model_input_filter(_policy()))
+        result = await Runner.run(agent, "and now?", session=session, run_config=config)
+        assert result.final_output == "done"
+        return await session.get_items()
+
+    items = asyncio.run(go())
+    sent = list(model.calls[0].input)
+    # The model got the condensed form: pinned first question, one summary, a short tail.
+    assert sent[0] == history[0]
+    assert len(_summary_items(sent)) == 1
+    assert len(sent) < len(history) // 2
+    assert sent[-1] == _user("and now?")
+    assert all(i in history or i in _summary_items(sent) or i == sent[-1] for i in sent)
+    # The session still returns every item, and the log kept everything.
+    assert items[: len(history)] == history
+    assert items[len(history)] == _user("and now?") and len(items) == len(history) + 2
+    sync, sid = _store_session(session)
+    conds = [e for e in sync.read(sid, kinds=["condensation"])]
+    assert len(conds) == 1 and isinstance(conds[0].event, Condensation)
+    assert not _summary_items(items)
+    assert sync.verify(sid).ok
+
+
+def test_the_input_filter_keeps_tool_calls_with_their_outputs(session: Any) -> None:
+    @function_tool
+    def lookup(key: str) -> str:
+        """Look a key up."""
+        return f"value of {key}: {_WORDS}"
+
+    history: list[dict[str, Any]] = []
+    for n in range(12):
+        history.append(_user(f"look up k{n}"))
+        history.append(
+            {"type": "function_call", "call_id": f"c{n}", "name": "lookup", "arguments": "{}"}
+        )
+        history.append({"type": "function_call_output", "call_id": f"c{n}", "output": _WORDS})
+        history.append({"role": "assistant", "content": f"k{n} is {_WORDS}"})
+    model = ScriptedModel(
+        [[function_call("lookup", {"key": "k99"}, call_id="c99")], [assistant_message("ok")]]
+    )
+    agent = Agent(name="helper", model=model, tools=[lookup])
+
+    async def go() -> None:
+        await session.add_items(history)
+        config = RunConfig(call_model_input_filter=session.model_input_filter(_policy()))
+        await Runner.run(agent, "look up k99", session=session, run_config=config)
+
+    asyncio.run(go())
+    for call in model.calls:
+        sent = [i for i in call.input if isinstance(i, dict)]
+        calls = {i["call_id"] for i in sent if i.get("type") == "function_call"}
+        outputs = {i["call_id"] for i in sent if i.get("type") == "function_call_output"}
+        assert calls == outputs  # no call without its output and no output without its call
+        assert len(sent) < len(history)
+    assert "c99" in {i.get("call_id") for i in model.calls[1].input if isinstance(i, dict)}
+    sync, sid = _store_session(session)
+    assert sync.verify(sid).ok
+
+
+def test_the_filter_needs_a_policy(session: Any) -> None:
+    with pytest.raises(ValueError, match="CondensationPolicy"):
+        session.model_input_filter()
+
+
+def test_run_compaction_is_the_sdks_hook_and_writes_a_condensation(db_url: str) -> None:
+    store = AsyncEventStore(db_url, tenant=f"t-{uuid.uuid4().hex}")
+    session = EventStoreSession("compact-me", store=store, policy=_policy())
+    assert is_openai_responses_compaction_aware_session(session)
+    history = _history(20)
+    model = ScriptedModel([[assistant_message("first")], [assistant_message("second")]])
+    agent = Agent(name="helper", model=model)
+
+    async def go() -> tuple[list[Any], list[Any]]:
+        await session.add_items(history)
+        await Runner.run(agent, "turn one", session=session)  # the Runner compacts after it
+        after = await session.get_items()
+        await Runner.run(agent, "turn two", session=session)
+        return after, await session.get_items()
+
+    try:
+        after, final = asyncio.run(go())
+    finally:
+        asyncio.run(store.close())
+    # get_items reflects the compaction: pinned head, the summary, then the recent items.
+    assert after[0] == history[0]
+    assert len(_summary_items(after)) == 1 and _summary_items(after)[0] == after[1]
+    assert len(after) < len(history) // 2
+    assert after[-2:] == [
+        _user("turn one"),
+        next(i for i in after[-1:] if i.get("role") == "assistant"),
+    ]
+    # The next turn sends the SDK exactly the compacted history plus its new input.
+    assert list(model.calls[1].input) == after + [_user("turn two")]
+    assert final[: len(after) + 1] == after + [_user("turn two")]
+    with EventStore(db_url, tenant=store.tenant) as sync:
+        sid = sync.get_session_by_key("compact-me").id
+        assert sync.verify(sid).ok
+        texts = [e.event.text for e in sync.read(sid, kinds=["message"])]
+        assert texts[: len(history)] == [str(i["content"]) for i in history]  # nothing lost
+        cond = [e for e in sync.read(sid, kinds=["condensation"])][0]
+        forgotten = list(sync.forgotten(sid, cond.seq))
+        assert forgotten and all(e.seq <= cond.event.forgotten_to for e in forgotten)
+        assert RECALL_SUMMARY_PREFIX + str(cond.event.summary) == after[1]["content"]
+
+
+def test_forced_compaction_then_pop_and_clear(db_url: str) -> None:
+    store = AsyncEventStore(db_url, tenant=f"t-{uuid.uuid4().hex}")
+    roomy = CondensationPolicy(Budget(max_input_tokens=100_000))
+    session = EventStoreSession("forced", store=store, policy=roomy)
+    history = _history(6)  # well under the threshold: only a forced run condenses
+
+    async def go() -> None:
+        await session.add_items(history)
+        await session.run_compaction({"response_id": "r1", "force": False})
+        assert await session.get_items() == history
+        await session.run_compaction()  # manual: condense now
+        items = await session.get_items()
+        assert len(_summary_items(items)) == 1 and len(items) < len(history)
+        assert await session.get_items(limit=1) == items[-1:]
+        await session.add_items([_user("more")])
+        assert (await session.get_items())[-1] == _user("more")
+        assert await session.pop_item() == _user("more")
+        assert await session.get_items() == items
+        await session.clear_session()
+        assert await session.get_items() == []
+        sync, sid = _store_session(session)
+        assert sync.view(sid).items == [] and sync.view(sid).summary is None
+        assert sync.verify(sid).ok
+
+    try:
+        asyncio.run(go())
+    finally:
+        asyncio.run(store.close())
+
+
+class _FakeResponses:
+    def __init__(self, output: list[dict[str, Any]]) -> None:
+        self.output = output
+        self.inputs: list[Any] = []
+
+    async def compact(self, **kwargs: Any) -> Any:
+        self.inputs.append(kwargs.get("input"))
+        return type("Compacted", (), {"output": self.output, "usage": None})()
+
+
+def test_the_sdks_compaction_session_replaces_history_with_a_condensation(session: Any) -> None:
+    compacted = [
+        _user("question 0"),
+        {"type": "compaction", "id": "cmp_1", "encrypted_content": "gAAAA-summary"},
+    ]
+    responses = _FakeResponses(compacted)
+    client = type("Client", (), {"responses": responses})()
+    wrapper = OpenAIResponsesCompactionSession(
+        session.session_id, session, client=client, compaction_mode="input"
+    )
+    history = _history(4)
+
+    async def go() -> list[Any]:
+        await wrapper.add_items(history)
+        await wrapper.run_compaction({"force": True})
+        return await session.get_items()
+
+    items = asyncio.run(go())
+    assert responses.inputs and len(responses.inputs[0]) == len(history)
+    assert items == compacted
+    sync, sid = _store_session(session)
+    assert sync.verify(sid).ok
+    assert [e.event.text for e in sync.read(sid, kinds=["message"])][: len(history)] == [
+        str(i["content"]) for i in history
+    ]
+    view = sync.view(sid)
+    assert [i.message.text for i in view.items] == ["question 0"]  # the old turns are condensed
+    cond = view.condensation
+    assert cond is not None and isinstance(cond.event, Condensation)
+    assert cond.event.condenser == "openai_agents.responses_compact"  # replaced, not cleared
+    assert len(list(sync.forgotten(sid, cond.seq))) >= len(history)
+
+
+def test_the_readme_condensation_example_runs(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    section = readme.split("**OpenAI Agents SDK**", 1)[1].split("**pydantic-ai**", 1)[0]
+    blocks = re.findall(r"```python\n(.*?)```", section, re.S)
+    assert len(blocks) == 2, "the README lost its OpenAI Agents condensation example"
+    monkeypatch.chdir(tmp_path)
+    exec(compile(blocks[1], "README.md", "exec"), {"__name__": "readme_agents_condensed"})
+    with EventStore(f"sqlite:///{tmp_path / 'agents.db'}") as store:
+        sid = store.get_session_by_key("user-42-condensed").id
+        assert len(list(store.read(sid, kinds=["message"]))) == 2
+        assert store.verify(sid).ok

@@ -22,6 +22,25 @@ A session is found by ``(app_name, user_id, session_id)`` (the session key);
 ``delete_session`` is a tombstone (``verify`` still proves the log). A stale writer, one
 appending to a ``Session`` object older than the stored session, gets ADK's
 ``StaleSessionError``: the object carries the head it was read at.
+
+ADK's event compaction maps onto condensations. An event whose ``actions.compaction`` is
+set (ADK's summarizer writes one after an invocation when the app has an
+``EventsCompactionConfig``) is appended together with a :class:`Condensation` that
+forgets the stored events inside the compaction's timestamp range, with the compacted
+content's text as the summary. So the store's views of the session show what ADK's own
+request builder shows, while ``get_session`` still returns every event, the compaction
+event included, exactly as ADK wrote them::
+
+    config = EventsCompactionConfig(compaction_interval=4, overlap_size=1)
+    app = App(name="helper", root_agent=agent, events_compaction_config=config)
+    runner = Runner(app=app, session_service=service)
+    # ... after a few invocations, the summary and the recent events:
+    sid = service.store_session_id(app_name="helper", user_id="ada", session_id="chat")
+    messages = service.store.sync.view(sid).to_messages()
+
+A compaction that starts after the previous condensation's range folds the previous
+summary in (the latest condensation alone defines a view); one that lies inside it
+writes none.
 """
 
 from __future__ import annotations
@@ -46,6 +65,7 @@ from google.adk.sessions.state import State
 from ..codec import canonical_json
 from ..errors import ConflictError, NotFoundError, SessionExistsError
 from ..events import (
+    Condensation,
     Custom,
     Event,
     FilePart,
@@ -57,6 +77,7 @@ from ..events import (
 )
 from ..records import StoredEvent
 from ..store import AsyncEventStore, EventStore
+from ..views import apply_event
 
 __all__ = ["EventStoreSessionService", "StaleSessionError", "stored_event"]
 
@@ -275,6 +296,17 @@ class EventStoreSessionService(BaseSessionService):
         session._storage_update_marker = str(self._sync.head(s.id))
         return session
 
+    def store_session_id(self, *, app_name: str, user_id: str, session_id: str) -> str:
+        """The id of the store session behind an ADK session (for views, search and
+        condensers). Raises :class:`~eventstore.errors.NotFoundError` when there is none."""
+        found = self._find(app_name, user_id, session_id)
+        if found is None:
+            raise NotFoundError(
+                f"no ADK session {session_id!r} for app {app_name!r} and user {user_id!r}; "
+                "create it with create_session first"
+            )
+        return str(found.id)
+
     def _find(self, app_name: str, user_id: str, session_id: str) -> Any:
         try:
             found = self._sync.get_session_by_key(
@@ -414,8 +446,11 @@ class EventStoreSessionService(BaseSessionService):
         if not state_changed:
             current = self._session_state(found.id)
         stored = stored_event(event, current)
+        # The condensation goes first: the session's newest event stays the ADK event,
+        # which carries the session state.
+        events: list[Event] = [*self._condensation_for(found.id, event), stored]
         try:
-            self._sync.append(found.id, [stored], expected_seq=expected)
+            self._sync.append(found.id, events, expected_seq=expected)
         except ConflictError:
             raise StaleSessionError(
                 "The session object is older than the stored session: another writer "
@@ -423,6 +458,55 @@ class EventStoreSessionService(BaseSessionService):
             ) from None
         session.last_update_time = event.timestamp
         session._storage_update_marker = str(self._sync.head(found.id))
+
+    def _condensation_for(self, sid: str, event: AdkEvent) -> list[Condensation]:
+        """The condensation standing for ``event``'s compaction (none when it has none,
+        or when it covers nothing the current view still shows)."""
+        compaction = event.actions.compaction if event.actions else None
+        if compaction is None or compaction.compacted_content is None:
+            return []
+        start, end = compaction.start_timestamp, compaction.end_timestamp
+        seqs: list[int] = []
+        for st in self._backwards(sid, self._sync.head(sid)):
+            raw = _raw_of(st.event)
+            if raw is None:
+                continue
+            ts = float(raw.get("timestamp", 0.0))
+            if ts < start:
+                break  # events are in time order: nothing older is compacted
+            if ts <= end:
+                seqs.append(st.seq)
+        if not seqs:
+            return []
+        lo, hi = min(seqs), max(seqs)
+        parts = compaction.compacted_content.parts or []
+        text = "\n".join(p.text for p in parts if p.text and not p.thought) or None
+        view = self._sync.view(sid)
+        prev = view.condensation.event if view.condensation is not None else None
+        if isinstance(prev, Condensation):
+            if prev.forgotten_from <= lo and hi <= prev.forgotten_to:
+                return []  # ADK ignores a compaction inside an earlier one's range
+            if lo > prev.forgotten_from:
+                # Neither range contains the other, so ADK shows both summaries: fold the
+                # earlier one in, as every condensation does.
+                lo = prev.forgotten_from
+                text = "\n\n".join(t for t in (prev.summary, text) if t) or None
+            hi = max(hi, prev.forgotten_to)
+        counter = self._sync.token_counter
+        cond = Condensation(
+            forgotten_from=lo,
+            forgotten_to=hi,
+            summary=text,
+            summary_tokens=counter.count(text) if text else 0,
+            forgotten_events=hi - lo + 1,
+            condenser="adk.compaction",
+            settings={"start_timestamp": start, "end_timestamp": end},
+            trigger="import",
+            tokens_before=view.tokens,
+            supersedes=view.condensation.seq if view.condensation is not None else None,
+        )
+        cond.tokens_after = apply_event(view, cond, counter).tokens
+        return [cond]
 
     def _session_state(self, sid: str) -> dict[str, Any]:
         tail: list[StoredEvent] = self._sync.read_tail(sid, 1)

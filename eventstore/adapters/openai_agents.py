@@ -21,6 +21,24 @@ understands also become typed messages, so views, search and condensers work on 
 items, hosted tool calls) is kept opaque as a ``Custom`` event named
 ``openai_agents.item``.
 
+Condensation goes through the SDK's own hooks; give the session a
+:class:`~condensers.CondensationPolicy`::
+
+    session = EventStoreSession("user-42-chat", "sqlite:///agents.db", policy=policy)
+    config = RunConfig(call_model_input_filter=session.model_input_filter())
+    result = await Runner.run(agent, "Hi!", session=session, run_config=config)
+
+* :meth:`EventStoreSession.model_input_filter` (``RunConfig.call_model_input_filter``):
+  the model gets the condensed view, ``get_items`` keeps returning everything;
+* :meth:`EventStoreSession.run_compaction` (the SDK's
+  ``OpenAIResponsesCompactionAwareSession`` hook, called by the Runner after each turn):
+  a condensation the policy writes becomes the compacted history ``get_items`` returns;
+* wrapped in the SDK's ``OpenAIResponsesCompactionSession``, the compacted history it
+  gets from ``responses.compact`` replaces the old one as a condensation, not a clear.
+
+A clear is a condensation too (it forgets everything before it), so views and condensers
+start over with the SDK's history. Nothing is deleted on any of these paths.
+
 ``get_items(limit=n)`` reads backwards from the head in pages and stops after ``n`` items:
 its cost follows ``n``, not the session's length. The SDK's ``session_id`` is stored as
 the session's key (:meth:`EventStore.get_session_by_key`), so the same id finds the same
@@ -31,18 +49,34 @@ event loop.
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ConflictError, NotFoundError, SessionExistsError
-from ..events import Custom, Event, Message, TextPart, ToolCallPart, ToolResultPart
+from ..events import (
+    Condensation,
+    Custom,
+    Event,
+    Message,
+    TextPart,
+    ToolCallPart,
+    ToolResultPart,
+)
 from ..records import StoredEvent
 from ..store import AsyncEventStore
+from ..views import View, ViewOptions, placeholder_text
 
-__all__ = ["EventStoreSession", "item_to_event"]
+if TYPE_CHECKING:
+    from condensers.policy import CondensationPolicy
+
+__all__ = ["EventStoreSession", "condensed_items", "item_to_event"]
 
 ITEM = "openai_agents.item"
 POP = "openai_agents.pop"
 CLEAR = "openai_agents.clear"
+COMPACTION = "openai_agents.compaction"
+"""Marker naming the condensation that ``get_items`` honours (written by
+:meth:`EventStoreSession.run_compaction` and by the SDK's compaction session)."""
 _RAW = "openai_agents_item"
 _PAGE = 64
 _ROLES = {"user": "user", "assistant": "assistant", "system": "system", "developer": "system"}
@@ -93,6 +127,69 @@ def _item_of(evt: Event) -> dict[str, Any] | None:
     return None
 
 
+def _key(item: Any) -> str:
+    """What two items are compared by when input items are matched to stored ones: the
+    SDK may drop item ids (its reasoning-id policy), so ids do not count."""
+    if not isinstance(item, dict):
+        return repr(item)
+    return json.dumps({k: v for k, v in item.items() if k != "id"}, sort_keys=True, default=str)
+
+
+def condensed_items(
+    pairs: list[tuple[int, dict[str, Any]]], inputs: list[Any], view: View
+) -> list[Any]:
+    """``inputs`` as the condensed ``view`` shows them.
+
+    ``pairs`` are the stored items the SDK sees (seq and item, oldest first). Each input
+    item equal to one of them (in order) takes its seq: it is left out when the view's
+    condensation forgot that seq, and a tool output the view shows as compacted gets the
+    placeholder. The summary goes where the forgotten items were, after the pinned head.
+    Input items that match nothing (the new turn) pass through unchanged.
+    """
+    cond = view.condensation.event if view.condensation is not None else None
+    hidden_lo, hidden_hi, pinned = 1, 0, set[int]()
+    if isinstance(cond, Condensation):
+        hidden_lo, hidden_hi, pinned = cond.forgotten_from, cond.forgotten_to, set(cond.pinned)
+    by_seq = {i.seq: i for i in view.items}
+    keys = [_key(item) for _, item in pairs]
+    j = 0
+    out: list[Any] = []
+    dropped = False
+    summary = view.summary
+    for x in inputs:
+        seq = None
+        k = _key(x)
+        for m in range(j, len(keys)):
+            if keys[m] == k:
+                seq, j = pairs[m][0], m + 1
+                break
+        if seq is not None and hidden_lo <= seq <= hidden_hi and seq not in pinned:
+            dropped = True
+            continue
+        if dropped and summary is not None and (seq is None or seq not in pinned):
+            out.append(_summary_item(view.options, summary))
+            summary = None
+        vitem = by_seq.get(seq) if seq is not None else None
+        if (
+            vitem is not None
+            and vitem.compacted
+            and isinstance(x, dict)
+            and x.get("type") == "function_call_output"
+        ):
+            x = {
+                **x,
+                "output": placeholder_text(view.options, next(iter(vitem.compacted.values()))),
+            }
+        out.append(x)
+    if dropped and summary is not None:
+        out.append(_summary_item(view.options, summary))
+    return out
+
+
+def _summary_item(options: ViewOptions, summary: str) -> dict[str, Any]:
+    return {"role": options.summary_role, "content": options.summary_prefix + summary}
+
+
 class EventStoreSession:
     """The ``agents.memory.Session`` protocol over an event store session.
 
@@ -102,6 +199,9 @@ class EventStoreSession:
         store: An existing store to use instead (its tenant applies).
         session_settings: The SDK's ``SessionSettings`` (its ``limit`` is the default
             for :meth:`get_items`).
+        policy: The :class:`~condensers.CondensationPolicy` used by
+            :meth:`model_input_filter` and :meth:`run_compaction` (``None``: the filter
+            needs one passed in and ``run_compaction`` does nothing).
     """
 
     session_settings: Any = None
@@ -113,14 +213,21 @@ class EventStoreSession:
         *,
         store: AsyncEventStore | None = None,
         session_settings: Any = None,
+        policy: CondensationPolicy | None = None,
     ) -> None:
         self.session_id = session_id
         self.store = store if store is not None else AsyncEventStore(db_url)
         self._owns_store = store is None
         self.session_settings = session_settings
+        self.policy = policy
         self._sid: str | None = None
 
     # -- the store session behind the SDK id
+
+    @property
+    def store_session_id(self) -> str:
+        """The id of the store session behind the SDK id (created on first use)."""
+        return self._session_id()
 
     def _session_id(self) -> str:
         if self._sid is None:
@@ -143,7 +250,8 @@ class EventStoreSession:
 
     async def get_items(self, limit: int | None = None) -> list[dict[str, Any]]:
         """The items after the last clear, minus popped ones, oldest first; with
-        ``limit``, the newest ``limit`` of them."""
+        ``limit``, the newest ``limit`` of them. After :meth:`run_compaction` the items it
+        compacted are replaced by its summary item (pinned head items stay)."""
         if limit is None and self.session_settings is not None:
             limit = getattr(self.session_settings, "limit", None)
         return await self._run(self._items, limit)
@@ -158,7 +266,9 @@ class EventStoreSession:
         return await self._run(self._pop)
 
     async def clear_session(self) -> None:
-        """Start over: the SDK sees no items; the log keeps them all."""
+        """Start over: the SDK sees no items; the log keeps them all. The clear is also a
+        condensation that forgets everything before it, so views and condensers start
+        over too."""
         await self._run(self._clear)
 
     async def close(self) -> None:
@@ -166,19 +276,82 @@ class EventStoreSession:
         if self._owns_store:
             await self.store.close()
 
+    # -- condensation through the SDK's hooks
+
+    def model_input_filter(
+        self, policy: CondensationPolicy | None = None
+    ) -> Callable[[Any], Awaitable[Any]]:
+        """A ``RunConfig.call_model_input_filter`` that sends the model the condensed view.
+
+        Before each model call the policy runs on this session (writing a condensation or
+        prune when a trigger fires), and the model gets the SDK's input with the items
+        the view forgot replaced by the view's summary and pruned tool outputs shown as
+        placeholders. The session's items are untouched: ``get_items`` still returns the
+        whole history, and the log keeps every event.
+
+        Args:
+            policy: The policy to run (default: the session's ``policy``).
+
+        ::
+
+            session = EventStoreSession("chat", store=store, policy=policy)
+            config = RunConfig(call_model_input_filter=session.model_input_filter())
+            await Runner.run(agent, "Hi", session=session, run_config=config)
+        """
+        chosen = policy if policy is not None else self.policy
+        if chosen is None:
+            raise ValueError(
+                "model_input_filter needs a CondensationPolicy: pass policy=... here or "
+                "to EventStoreSession(...)"
+            )
+
+        async def call_model_input_filter(data: Any) -> Any:
+            from agents.run_config import ModelInputData
+
+            model_data = data.model_data
+            inputs = await self._run(self._condensed_input, chosen, list(model_data.input))
+            return ModelInputData(input=inputs, instructions=model_data.instructions)
+
+        return call_model_input_filter
+
+    async def run_compaction(self, args: Any = None) -> None:
+        """The SDK's compaction hook (``OpenAIResponsesCompactionAwareSession``).
+
+        The Runner calls it after each turn it saved (when the model returned a response
+        id) with ``{"response_id": ..., "force": ...}``. It runs the session's policy
+        (condensing only when a trigger fires, or now when ``force`` is set or it is
+        called without arguments) and, when a condensation was written, makes it the one
+        ``get_items`` honours: the compacted items give way to the summary item. Nothing
+        is deleted; ``verify`` stays ok and the original items stay readable
+        (:meth:`~eventstore.EventStore.forgotten`). Without a policy it does nothing.
+        """
+        if self.policy is None:
+            return
+        force = args is None or bool(args.get("force"))
+        await self._run(self._compact, self.policy, force)
+
+    async def _atomic_replace_items(self, items: list[dict[str, Any]]) -> bool:
+        """Called by the SDK's ``OpenAIResponsesCompactionSession`` when it replaces the
+        history with a compacted one: instead of clearing, a condensation forgets the
+        replaced items and the new ones are appended, in one transaction."""
+        await self._run(self._replace, [dict(i) for i in items])
+        return True
+
     # -- sync bodies (run in a worker thread)
 
     def _add(self, items: list[dict[str, Any]]) -> None:
         sync = self.store.sync
         sync.append(self._session_id(), [item_to_event(dict(i)) for i in items])
 
-    def _backwards(self) -> Any:
-        """(stored event, item) pairs from the newest back to the newest clear, skipping
-        popped items; a page of events at a time."""
+    def _backwards(self) -> Iterator[tuple[int, dict[str, Any]]]:
+        """(seq, item) pairs from the newest back to the newest clear, skipping popped
+        items and what the newest compaction replaced (its summary item is yielded with
+        the compaction's seq); a page of events at a time."""
         sync = self.store.sync
         sid = self._session_id()
         hi = sync.head(sid)
         popped: set[int] = set()
+        compaction: dict[str, Any] | None = None
         while hi >= 1:
             lo = max(1, hi - _PAGE + 1)
             page: list[StoredEvent] = list(sync.read(sid, lo, hi))
@@ -189,10 +362,32 @@ class EventStoreSession:
                 if isinstance(evt, Custom) and evt.name == POP:
                     popped.add(int(evt.data["seq"]))
                     continue
+                if isinstance(evt, Custom) and evt.name == COMPACTION and compaction is None:
+                    compaction = dict(evt.data, seq=st.seq)
+                    continue
+                if compaction is not None and st.seq <= int(compaction["forgotten_to"]):
+                    yield from self._compacted_head(compaction, popped)
+                    return
                 item = _item_of(evt)
                 if item is not None and st.seq not in popped:
-                    yield st, item
+                    yield st.seq, item
             hi = lo - 1
+
+    def _compacted_head(
+        self, compaction: dict[str, Any], popped: set[int]
+    ) -> Iterator[tuple[int, dict[str, Any]]]:
+        """What stands for a compacted range: its summary item, then the pinned items."""
+        seq = int(compaction["seq"])
+        if isinstance(compaction.get("item"), dict) and seq not in popped:
+            yield seq, compaction["item"]
+        sync = self.store.sync
+        for p in sorted(compaction.get("pinned") or [], reverse=True):
+            if p in popped:
+                continue
+            for st in sync.read(self._session_id(), p, p):
+                item = _item_of(st.event)
+                if item is not None:
+                    yield st.seq, item
 
     def _items(self, limit: int | None) -> list[dict[str, Any]]:
         if limit is not None and limit <= 0:
@@ -213,13 +408,98 @@ class EventStoreSession:
             found = next(iter(self._backwards()), None)
             if found is None:
                 return None
-            st, item = found
+            seq, item = found
             try:
-                sync.append(sid, [Custom(name=POP, data={"seq": st.seq})], expected_seq=head)
+                sync.append(sid, [Custom(name=POP, data={"seq": seq})], expected_seq=head)
             except ConflictError:
                 continue
             return item
         raise ConflictError(sid, head, sync.head(sid))
 
+    def _forget_all(self, head: int, upto: int, reason: str) -> Condensation | None:
+        """A condensation, to be appended after ``head``, forgetting every event up to
+        ``upto`` (``None`` when the session is empty)."""
+        if head < 1:
+            return None
+        sync = self.store.sync
+        view = sync.view(self._session_id(), as_of=head)
+        return Condensation(
+            forgotten_from=1,
+            forgotten_to=upto,
+            forgotten_events=upto,
+            condenser=reason,
+            trigger="manual",
+            tokens_before=view.tokens,
+            tokens_after=0,
+            supersedes=view.condensation.seq if view.condensation is not None else None,
+        )
+
     def _clear(self) -> None:
-        self.store.sync.append(self._session_id(), [Custom(name=CLEAR, data={})])
+        sync = self.store.sync
+        sid = self._session_id()
+        for _ in range(5):
+            head = sync.head(sid)
+            # The marker first: the condensation then forgets it as well.
+            events: list[Event] = [Custom(name=CLEAR, data={})]
+            forget = self._forget_all(head, head + 1, CLEAR)
+            if forget is not None:
+                events.append(forget)
+            try:
+                sync.append(sid, events, expected_seq=head)
+            except ConflictError:
+                continue
+            return
+        raise ConflictError(sid, head, sync.head(sid))
+
+    def _condensed_input(self, policy: CondensationPolicy, inputs: list[Any]) -> list[Any]:
+        sync = self.store.sync
+        sid = self._session_id()
+        policy.maybe_condense(sync, sid)
+        view = sync.view(sid, options=policy.options)
+        pairs = list(self._backwards())
+        pairs.reverse()
+        return condensed_items(pairs, inputs, view)
+
+    def _compact(self, policy: CondensationPolicy, force: bool) -> None:
+        sync = self.store.sync
+        sid = self._session_id()
+        outcome = (
+            policy.condense(sync, sid, trigger="manual")
+            if force
+            else policy.maybe_condense(sync, sid)
+        )
+        seqs = [s.seq for s in outcome.steps if s.kind == "condensation"]
+        if not seqs:
+            return
+        stored = next(iter(sync.read(sid, seqs[-1], seqs[-1])))
+        cond = stored.event
+        assert isinstance(cond, Condensation)
+        options = policy.options or ViewOptions()
+        marker = {
+            "condensation_seq": stored.seq,
+            "forgotten_to": cond.forgotten_to,
+            "pinned": list(cond.pinned),
+            "item": _summary_item(options, cond.summary) if cond.summary is not None else None,
+        }
+        sync.append(sid, [Custom(name=COMPACTION, data=marker)])
+
+    def _replace(self, items: list[dict[str, Any]]) -> None:
+        sync = self.store.sync
+        sid = self._session_id()
+        for _ in range(5):
+            head = sync.head(sid)
+            forget = self._forget_all(head, head, "openai_agents.responses_compact")
+            events: list[Event] = []
+            if forget is not None:
+                events.append(forget)
+                marker = {"condensation_seq": head + 1, "forgotten_to": head, "pinned": []}
+                events.append(Custom(name=COMPACTION, data=marker))
+            events.extend(item_to_event(i) for i in items)
+            if not events:
+                return
+            try:
+                sync.append(sid, events, expected_seq=head)
+            except ConflictError:
+                continue
+            return
+        raise ConflictError(sid, head, sync.head(sid))
