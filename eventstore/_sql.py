@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import and_, bindparam, func, insert, select, update
+from sqlalchemy import and_, bindparam, delete, func, insert, select, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
@@ -49,7 +49,7 @@ from .errors import (
 )
 from .events import Prune, utcnow
 from .records import AppendResult, Session, StoredEvent
-from .schema import events, fork_compactions, parts, sessions
+from .schema import events, fork_compactions, parts, session_keys, sessions
 
 READ_PAGE = 256
 BREAKER_PREFIX = "condenser.circuit"  # custom events that carry a policy's breaker state
@@ -133,13 +133,13 @@ def create_session(
         check_text("key", key)
         digest = key_digest(user_id, key)
         clash = conn.execute(
-            select(sessions.c.id).where(
-                sessions.c.tenant == tenant, sessions.c.key_digest == digest
+            select(session_keys.c.session_id).where(
+                session_keys.c.tenant == tenant, session_keys.c.key_digest == digest
             )
         ).first()
         if clash:
             raise SessionExistsError(
-                f"key {key!r} already names session {clash.id} for this tenant and user; "
+                f"key {key!r} already names session {clash.session_id} for this tenant and user; "
                 "get it with get_session_by_key, or delete it first"
             )
     if session_id is not None:
@@ -172,6 +172,12 @@ def create_session(
     }
     try:
         with conn.begin_nested():
+            if digest is not None:
+                # The name's own table is the unique guard (see schema.session_keys).
+                conn.execute(
+                    insert(session_keys),
+                    {"tenant": tenant, "key_digest": digest, "session_id": sid},
+                )
             conn.execute(insert(sessions), row)
     except IntegrityError:
         # A concurrent create took the id or the key between the check and the insert.
@@ -251,11 +257,17 @@ def get_session_by_key(conn: Connection, tenant: str, key: str, user_id: str | N
         raise NotFoundError(f"no session with key {key!r} for tenant {tenant!r}")
     if user_id is not None and (not isinstance(user_id, str) or storable_text_error(user_id)):
         raise NotFoundError(f"no session with key {key!r} for tenant {tenant!r}")
-    row = conn.execute(
-        select(sessions).where(
-            sessions.c.tenant == tenant, sessions.c.key_digest == key_digest(user_id, key)
+    named = conn.execute(
+        select(session_keys.c.session_id).where(
+            session_keys.c.tenant == tenant,
+            session_keys.c.key_digest == key_digest(user_id, key),
         )
     ).first()
+    row = None
+    if named is not None:
+        row = conn.execute(
+            select(sessions).where(sessions.c.id == named.session_id, sessions.c.tenant == tenant)
+        ).first()
     if row is None:
         who = f" and user {user_id!r}" if user_id is not None else ""
         raise NotFoundError(f"no session with key {key!r} for tenant {tenant!r}{who}")
@@ -267,6 +279,17 @@ def delete_session(conn: Connection, tenant: str, session_id: str) -> Session:
     and its key is free again."""
     found = get_session(conn, tenant, session_id)
     now = utcnow()
+    digest = conn.execute(
+        select(sessions.c.key_digest).where(sessions.c.id == session_id)
+    ).scalar_one_or_none()
+    if digest is not None:
+        conn.execute(
+            delete(session_keys).where(
+                session_keys.c.tenant == tenant,
+                session_keys.c.key_digest == digest,
+                session_keys.c.session_id == session_id,
+            )
+        )
     conn.execute(
         update(sessions)
         .where(sessions.c.id == session_id, sessions.c.tenant == tenant)
