@@ -129,13 +129,17 @@ def check(engine: Engine) -> list[Any]:
     from alembic.autogenerate import compare_metadata
     from alembic.runtime.migration import MigrationContext
 
+    from .distribution import is_partition_name
     from .schema import NATIVE_SEARCH_TABLES, metadata
 
     native = NATIVE_SEARCH_TABLES.get(engine.dialect.name, "")
 
     def include_name(name: str | None, type_: str, _parents: Any) -> bool:
-        # The full-text index is backend-native DDL, outside the metadata on purpose.
-        return not (type_ == "table" and native and (name or "").startswith(native))
+        # The full-text index is backend-native DDL, outside the metadata on purpose; so
+        # are the partitions `eventstore db distribute --partition` adds.
+        if type_ != "table":
+            return True
+        return not ((native and (name or "").startswith(native)) or is_partition_name(name or ""))
 
     with engine.connect() as conn:
         ctx = MigrationContext.configure(
