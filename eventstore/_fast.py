@@ -218,6 +218,8 @@ def try_fast(
             conn = conn.execution_options(isolation_level="AUTOCOMMIT")
             try:
                 result = fast_append(conn, store.tenant, session_id, encoded, head, head_hash)
+                if result is not None and store._replica is not None:
+                    store._replica.note_write(conn)  # reads on the replica wait for it
             except Exception:
                 store._heads.drop(session_id)
                 return None  # the ordinary path repeats the append and maps any error

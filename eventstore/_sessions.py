@@ -96,6 +96,8 @@ class SessionMethods:
 
         def _run(self, fn: Callable[..., T], *args: Any, write: bool = False, **kw: Any) -> T: ...
 
+        def _read_run(self, fn: Callable[..., T], *args: Any, **kw: Any) -> T: ...
+
     def audit(self) -> AbstractContextManager[None]:
         """A context in which reads see deleted sessions too (in this thread and the
         coroutines it starts), for auditors::
@@ -108,7 +110,7 @@ class SessionMethods:
     def get_session_by_key(self, key: str, *, user_id: str | None = None) -> Session:
         """The session created with ``key`` (and ``user_id``) in this tenant, or
         :class:`NotFoundError`."""
-        return self._run(_sql.get_session_by_key, self.tenant, key, user_id)
+        return self._read_run(_sql.get_session_by_key, self.tenant, key, user_id)
 
     def delete_session(self, session_id: str) -> Session:
         """Delete a session: a tombstone, not a removal (see the module docstring).
@@ -123,13 +125,13 @@ class SessionMethods:
     def get_event(self, session_id: str, event_id: str) -> StoredEvent:
         """The event with id ``event_id`` in the session's log (a fork's inherited events
         included), or :class:`NotFoundError`."""
-        return self._run(_get_event, self.tenant, session_id, event_id)
+        return self._read_run(_get_event, self.tenant, session_id, event_id)
 
     def find_event(self, event_id: str) -> StoredEvent:
         """The event with id ``event_id`` in any of the tenant's sessions (deleted ones
         included: their events stay part of the log), or :class:`NotFoundError`. Its
         ``session_id`` says which session holds it."""
-        return self._run(_find_event, self.tenant, event_id)
+        return self._read_run(_find_event, self.tenant, event_id)
 
     def read_tail(self, session_id: str, n: int) -> list[StoredEvent]:
         """The newest ``n`` events, oldest first: one index range scan, O(n) whatever the
@@ -137,6 +139,6 @@ class SessionMethods:
         if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= MAX_TAIL:
             raise InvalidEventError(f"n: {n!r} is not an event count (0..{MAX_TAIL})")
         if n == 0:
-            self._run(_sql.lineage_and_head, self.tenant, session_id)  # NotFoundError
+            self._read_run(_sql.lineage_and_head, self.tenant, session_id)  # NotFoundError
             return []
-        return self._run(_read_tail, self.tenant, session_id, n)
+        return self._read_run(_read_tail, self.tenant, session_id, n)

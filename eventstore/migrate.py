@@ -141,9 +141,20 @@ def check(engine: Engine) -> list[Any]:
             return True
         return not ((native and (name or "").startswith(native)) or is_partition_name(name or ""))
 
+    def include_object(obj: Any, name: str | None, type_: str, reflected: bool, _to: Any) -> bool:
+        # A foreign key to a partitioned table shows up once more per partition.
+        if type_ == "foreign_key_constraint" and reflected:
+            return not is_partition_name(obj.referred_table.name)
+        return True
+
     with engine.connect() as conn:
         ctx = MigrationContext.configure(
-            conn, opts={"compare_type": True, "include_name": include_name}
+            conn,
+            opts={
+                "compare_type": True,
+                "include_name": include_name,
+                "include_object": include_object,
+            },
         )
         return list(compare_metadata(ctx, metadata))
 

@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 from pydantic_core import PydanticSerializationError
 from sqlalchemy import create_engine
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.exc import DBAPIError
 
 from . import _blobs, _sql, _view_rows
@@ -46,6 +46,7 @@ from ._engine import (
 )
 from ._fast import HeadCache, try_fast
 from ._feed import FeedMethods, afollow
+from ._replica import ReadReplica
 from ._runtime import RuntimeMethods
 from ._search import SearchMethods
 from ._sessions import SessionMethods, audit_for_async, read_event_expanded, read_page_expanded
@@ -79,6 +80,8 @@ __all__ = [
 DEFAULT_MAX_EVENT_BYTES = 32 * 1024 * 1024
 DEFAULT_BLOB_THRESHOLD = 64 * 1024
 DEFAULT_LOCK_TIMEOUT_MS = 5_000
+#: How long a read waits for a replica to replay this store's writes (``read_url``).
+DEFAULT_READ_WAIT_MS = 200
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MAX_INT = 2**63 - 1  # the widest integer both backends bind
 _MAX_COUNT = 2**31 - 1  # token counts and seqs are 32-bit columns
@@ -119,6 +122,11 @@ class EventStore(SessionMethods, RuntimeMethods, FeedMethods, SearchMethods):
             holds (``lock_timeout``). Past either wait the write raises
             :class:`StorageBusyError` and nothing is written; retry it.
         engine: Share an existing engine instead of creating one.
+        read_url: A Postgres streaming replica of ``url``: views and reads go there, with
+            read-your-writes (a read waits up to ``read_wait_ms`` for the replica to
+            replay this store's writes, else runs on the primary). Writes and audits
+            (``verify``) always use the primary. See ``docs/scaling.md``.
+        read_wait_ms: How long a read waits for the replica to catch up (default 200).
         **engine_kwargs: Passed to :func:`sqlalchemy.create_engine`.
     """
 
@@ -135,6 +143,8 @@ class EventStore(SessionMethods, RuntimeMethods, FeedMethods, SearchMethods):
         lock_timeout_ms: int = DEFAULT_LOCK_TIMEOUT_MS,
         blob_threshold: int | None = DEFAULT_BLOB_THRESHOLD,
         engine: Engine | None = None,
+        read_url: str | None = None,
+        read_wait_ms: int = DEFAULT_READ_WAIT_MS,
         **engine_kwargs: Any,
     ) -> None:
         self._setup(
@@ -149,6 +159,8 @@ class EventStore(SessionMethods, RuntimeMethods, FeedMethods, SearchMethods):
             blob_threshold=blob_threshold,
             engine=engine,
             engine_kwargs=engine_kwargs,
+            read_url=read_url,
+            read_wait_ms=read_wait_ms,
         )
         self._open_schema()
 
@@ -166,6 +178,8 @@ class EventStore(SessionMethods, RuntimeMethods, FeedMethods, SearchMethods):
         blob_threshold: int | None,
         engine: Engine | None,
         engine_kwargs: dict[str, Any],
+        read_url: str | None = None,
+        read_wait_ms: int = DEFAULT_READ_WAIT_MS,
     ) -> None:
         # Everything but I/O: the async store calls this on the event loop and opens the
         # schema later, in a worker thread.
@@ -218,6 +232,33 @@ class EventStore(SessionMethods, RuntimeMethods, FeedMethods, SearchMethods):
         self._lock_local = not self._owns_engine and engine.dialect.name == "postgresql"
         self.engine = engine
         self.dialect: str = engine.dialect.name
+        self._replica = self._open_replica(read_url, read_wait_ms, lock_timeout_ms)
+
+    def _open_replica(
+        self, read_url: str | None, wait_ms: int, lock_timeout_ms: int
+    ) -> ReadReplica | None:
+        if read_url is None:
+            return None
+        bad_wait = not isinstance(wait_ms, int) or isinstance(wait_ms, bool)
+        if bad_wait or not 0 <= wait_ms <= 60_000:
+            raise ConfigurationError(
+                f"read_wait_ms: must be 0..60000 milliseconds, got {wait_ms!r}"
+            )
+        url = resolve_url(read_url)
+        if self.dialect != "postgresql" or make_url(url).get_backend_name() != "postgresql":
+            raise ConfigurationError(
+                "read_url: read replicas need Postgres on both sides (a streaming replica of "
+                "the primary at url); a SQLite store has no replicas, drop read_url"
+            )
+        replica_engine = create_engine(url)
+        configure_postgres(replica_engine, lock_timeout_ms)
+        return ReadReplica(replica_engine, wait_ms)
+
+    @property
+    def read_routing(self) -> dict[str, int]:
+        """How many reads went to the replica and how many to the primary (``read_url``
+        only; empty without one)."""
+        return dict(self._replica.routed) if self._replica is not None else {}
 
     def _open_schema(self) -> None:
         if self._schema_pending is None:
@@ -250,12 +291,15 @@ class EventStore(SessionMethods, RuntimeMethods, FeedMethods, SearchMethods):
             engine=self.engine,
         )
         other._timeouts, other._lock_local = self._timeouts, self._lock_local
+        other._replica = self._replica
         return other
 
     def close(self) -> None:
         """Release pooled connections."""
         if self._owns_engine:
             self.engine.dispose()
+            if self._replica is not None:
+                self._replica.engine.dispose()
 
     def __enter__(self) -> EventStore:
         return self
@@ -275,6 +319,8 @@ class EventStore(SessionMethods, RuntimeMethods, FeedMethods, SearchMethods):
                         ms = self._timeouts.lock_timeout_ms
                         conn.exec_driver_sql(f"SET LOCAL lock_timeout = {ms}")
                     yield conn
+                if write and self._replica is not None:
+                    self._replica.note_write(conn)  # after the commit: reads wait for it
         except DBAPIError as exc:
             raise map_db_error(exc, self._timeouts) from None
         except OverflowError:
@@ -284,6 +330,31 @@ class EventStore(SessionMethods, RuntimeMethods, FeedMethods, SearchMethods):
 
     def _run(self, fn: Callable[..., T], *args: Any, write: bool = False, **kw: Any) -> T:
         with self._tx(write) as conn:
+            return fn(conn, *args, **kw)
+
+    @contextmanager
+    def _read_tx(self) -> Iterator[Connection]:
+        """A read transaction on the replica when it has this store's writes, else on
+        the primary (see ``eventstore._replica``)."""
+        if self._replica is None:
+            with self._tx() as conn:
+                yield conn
+            return
+        self._open_schema()
+        with self._replica.connect() as replica:
+            if replica is None:
+                with self._tx() as conn:
+                    yield conn
+                return
+            try:
+                with replica.begin():
+                    yield replica
+            except DBAPIError as exc:
+                raise map_db_error(exc, self._timeouts) from None
+
+    def _read_run(self, fn: Callable[..., T], *args: Any, **kw: Any) -> T:
+        """:meth:`_run` for a read that may go to the replica."""
+        with self._read_tx() as conn:
             return fn(conn, *args, **kw)
 
     def _encode(self, evts: Sequence[Event | dict[str, Any]]) -> list[Encoded]:
@@ -370,7 +441,7 @@ class EventStore(SessionMethods, RuntimeMethods, FeedMethods, SearchMethods):
 
     def get_session(self, session_id: str) -> Session:
         """The session, or :class:`NotFoundError` (also for another tenant's session)."""
-        return self._run(_sql.get_session, self.tenant, session_id)
+        return self._read_run(_sql.get_session, self.tenant, session_id)
 
     def list_sessions(
         self,
@@ -485,11 +556,11 @@ class EventStore(SessionMethods, RuntimeMethods, FeedMethods, SearchMethods):
     def _read(
         self, session_id: str, from_seq: int, to_seq: int | None, kinds: list[str] | None
     ) -> Iterator[StoredEvent]:
-        segments, head = self._run(_sql.lineage_and_head, self.tenant, session_id)
+        segments, head = self._read_run(_sql.lineage_and_head, self.tenant, session_id)
         last = head if to_seq is None else min(to_seq, head)
         after = max(from_seq, 1) - 1
         while after < last:
-            page = self._run(read_page_expanded, self.tenant, segments, after, last, kinds)
+            page = self._read_run(read_page_expanded, self.tenant, segments, after, last, kinds)
             if not page:
                 return
             yield from page
@@ -501,7 +572,7 @@ class EventStore(SessionMethods, RuntimeMethods, FeedMethods, SearchMethods):
         """The newest event of ``kind`` at or before ``as_of`` (default: the head), or
         ``None``: one indexed probe, whatever the session's length."""
         _check_int("as_of", as_of)
-        return self._run(_sql.latest_of_kind, self.tenant, session_id, kind, as_of)
+        return self._read_run(_sql.latest_of_kind, self.tenant, session_id, kind, as_of)
 
     def verify(
         self,
@@ -576,12 +647,12 @@ class EventStore(SessionMethods, RuntimeMethods, FeedMethods, SearchMethods):
         when the head was at ``k``, whatever was appended since.
         """
         _check_int("as_of", as_of)
-        rows = self._run(_view_rows.view_rows, self.tenant, session_id, as_of, expand=True)
+        rows = self._read_run(_view_rows.view_rows, self.tenant, session_id, as_of, expand=True)
         return assemble(rows, options, self.token_counter)
 
     def original(self, session_id: str, ref: PartRef) -> Part:
         """The full stored part behind a reference (for example a pruned tool result)."""
-        stored = self._run(read_event_expanded, self.tenant, session_id, ref.seq)
+        stored = self._read_run(read_event_expanded, self.tenant, session_id, ref.seq)
         if stored is None:
             raise NotFoundError(f"no event at seq {ref.seq} in session {session_id}")
         evt = stored.event
@@ -673,6 +744,8 @@ class AsyncEventStore:
         lock_timeout_ms: int = DEFAULT_LOCK_TIMEOUT_MS,
         blob_threshold: int | None = DEFAULT_BLOB_THRESHOLD,
         engine: Engine | None = None,
+        read_url: str | None = None,
+        read_wait_ms: int = DEFAULT_READ_WAIT_MS,
         **engine_kwargs: Any,
     ) -> None:
         sync = EventStore.__new__(EventStore)
@@ -688,6 +761,8 @@ class AsyncEventStore:
             blob_threshold=blob_threshold,
             engine=engine,
             engine_kwargs=engine_kwargs,
+            read_url=read_url,
+            read_wait_ms=read_wait_ms,
         )
         self.sync = sync
         """The synchronous store underneath (same engine, same tenant)."""
@@ -723,6 +798,11 @@ class AsyncEventStore:
     def token_counter(self) -> TokenCounter:
         """Counts part tokens at append time."""
         return self.sync.token_counter
+
+    @property
+    def read_routing(self) -> dict[str, int]:
+        """As :attr:`EventStore.read_routing`."""
+        return self.sync.read_routing
 
     @property
     def max_event_bytes(self) -> int:

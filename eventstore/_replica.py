@@ -1,0 +1,100 @@
+"""Reads from a Postgres streaming replica, with read-your-writes.
+
+``EventStore(url, read_url=...)`` sends views and reads to the replica at ``read_url``.
+A replica replays the primary's WAL a little behind it, so a store that has just
+appended could read a session without its own events. To prevent that, each write
+remembers the primary's WAL position after its commit (``pg_current_wal_lsn()``), and a
+read first asks the replica how far it has replayed (``pg_last_wal_replay_lsn()``):
+
+* at or past the newest position this store wrote: the read runs on the replica;
+* behind: the read polls for up to ``read_wait_ms`` (200 ms by default), then gives up
+  and runs on the primary.
+
+So a store always sees its own writes; writes by *other* stores may show up a little
+later on the replica, as with any asynchronous replica (an append with ``expected_seq``
+still detects them: appends always go to the primary). A replica that cannot be reached,
+or a ``read_url`` that is not a standby, sends the reads to the primary too.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import DBAPIError
+
+__all__ = ["ReadReplica", "parse_lsn"]
+
+_POLL_S = 0.002
+
+
+def parse_lsn(text: str) -> int:
+    """A WAL position as printed by Postgres (``16/B374D848``) as one integer."""
+    high, _, low = text.partition("/")
+    return (int(high, 16) << 32) | int(low, 16)
+
+
+class ReadReplica:
+    """The replica engine, the newest write position to wait for, and routing counts."""
+
+    def __init__(self, engine: Engine, wait_ms: int) -> None:
+        self.engine = engine
+        self.wait_s = wait_ms / 1000
+        self._lock = threading.Lock()
+        self._written = 0  # newest primary WAL position after one of our commits
+        self._replayed = 0  # newest replay position the replica has shown us
+        self.routed = {"replica": 0, "primary": 0}
+
+    def note_write(self, conn: Connection) -> None:
+        """Remember the primary's WAL position after a commit on ``conn``."""
+        lsn = parse_lsn(conn.exec_driver_sql("SELECT pg_current_wal_lsn()::text").scalar_one())
+        with self._lock:
+            self._written = max(self._written, lsn)
+
+    def _count(self, where: str) -> None:
+        with self._lock:
+            self.routed[where] += 1
+
+    @contextmanager
+    def connect(self) -> Iterator[Connection | None]:
+        """A replica connection that has replayed this store's writes, or ``None`` when
+        the read should go to the primary (the replica stayed behind or is unreachable)."""
+        target = self._written
+        try:
+            conn = self.engine.connect()
+        except DBAPIError:
+            self._count("primary")
+            yield None
+            return
+        with conn:
+            try:
+                caught_up = target <= self._replayed or self._wait(conn, target)
+            except DBAPIError:
+                caught_up = False
+            if not caught_up:
+                self._count("primary")
+                yield None
+                return
+            self._count("replica")
+            yield conn
+
+    def _wait(self, conn: Connection, target: int) -> bool:
+        deadline = time.monotonic() + self.wait_s
+        try:
+            while True:
+                raw = conn.exec_driver_sql("SELECT pg_last_wal_replay_lsn()::text").scalar()
+                if raw is None:  # not a standby: nothing says it has our writes
+                    return False
+                replayed = parse_lsn(raw)
+                with self._lock:
+                    self._replayed = max(self._replayed, replayed)
+                if replayed >= target:
+                    return True
+                if time.monotonic() >= deadline:
+                    return False
+                time.sleep(_POLL_S)
+        finally:
+            conn.rollback()  # end the polling transaction; the read begins its own
