@@ -20,13 +20,23 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy import create_engine
+from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.exc import DBAPIError
 
-__all__ = ["ReadReplica", "parse_lsn"]
+from ._engine import Timeouts, configure_postgres, map_db_error, resolve_url
+from .errors import ConfigurationError
+
+__all__ = ["DEFAULT_READ_WAIT_MS", "ReadReplica", "ReplicaMethods", "parse_lsn"]
+
+T = TypeVar("T")
+
+#: How long a read waits for the replica to replay this store's writes.
+DEFAULT_READ_WAIT_MS = 200
 
 _POLL_S = 0.002
 
@@ -98,3 +108,67 @@ class ReadReplica:
                 time.sleep(_POLL_S)
         finally:
             conn.rollback()  # end the polling transaction; the read begins its own
+
+
+class ReplicaMethods:
+    """Opening the replica and routing reads, shared by :class:`~eventstore.EventStore`."""
+
+    if TYPE_CHECKING:
+        dialect: str
+        _replica: ReadReplica | None
+        _timeouts: Timeouts
+
+        def _tx(self, write: bool = False) -> AbstractContextManager[Connection]: ...
+
+        def _open_schema(self) -> None: ...
+
+    def _open_replica(
+        self, read_url: str | None, wait_ms: int, lock_timeout_ms: int
+    ) -> ReadReplica | None:
+        if read_url is None:
+            return None
+        bad_wait = not isinstance(wait_ms, int) or isinstance(wait_ms, bool)
+        if bad_wait or not 0 <= wait_ms <= 60_000:
+            raise ConfigurationError(
+                f"read_wait_ms: must be 0..60000 milliseconds, got {wait_ms!r}"
+            )
+        url = resolve_url(read_url)
+        if self.dialect != "postgresql" or make_url(url).get_backend_name() != "postgresql":
+            raise ConfigurationError(
+                "read_url: read replicas need Postgres on both sides (a streaming replica of "
+                "the primary at url); a SQLite store has no replicas, drop read_url"
+            )
+        replica_engine = create_engine(url)
+        configure_postgres(replica_engine, lock_timeout_ms)
+        return ReadReplica(replica_engine, wait_ms)
+
+    @property
+    def read_routing(self) -> dict[str, int]:
+        """How many reads went to the replica and how many to the primary (``read_url``
+        only; empty without one)."""
+        return dict(self._replica.routed) if self._replica is not None else {}
+
+    @contextmanager
+    def _read_tx(self) -> Iterator[Connection]:
+        """A read transaction on the replica when it has this store's writes, else on
+        the primary."""
+        if self._replica is None:
+            with self._tx() as conn:
+                yield conn
+            return
+        self._open_schema()
+        with self._replica.connect() as replica:
+            if replica is None:
+                with self._tx() as conn:
+                    yield conn
+                return
+            try:
+                with replica.begin():
+                    yield replica
+            except DBAPIError as exc:
+                raise map_db_error(exc, self._timeouts) from None
+
+    def _read_run(self, fn: Callable[..., T], *args: Any, **kw: Any) -> T:
+        """``_run`` for a read that may go to the replica."""
+        with self._read_tx() as conn:
+            return fn(conn, *args, **kw)

@@ -30,11 +30,13 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 from pydantic_core import PydanticSerializationError
 from sqlalchemy import create_engine
-from sqlalchemy.engine import Connection, Engine, make_url
+from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
 from . import _blobs, _sql, _view_rows
 from ._checks import check_event
+from ._checks import check_int as _check_int
+from ._checks import describe_error as _describe
 from ._engine import (
     DEFAULT_URL,
     Timeouts,
@@ -46,7 +48,7 @@ from ._engine import (
 )
 from ._fast import HeadCache, try_fast
 from ._feed import FeedMethods, afollow
-from ._replica import ReadReplica
+from ._replica import DEFAULT_READ_WAIT_MS, ReplicaMethods
 from ._runtime import RuntimeMethods
 from ._search import SearchMethods
 from ._sessions import SessionMethods, audit_for_async, read_event_expanded, read_page_expanded
@@ -80,30 +82,13 @@ __all__ = [
 DEFAULT_MAX_EVENT_BYTES = 32 * 1024 * 1024
 DEFAULT_BLOB_THRESHOLD = 64 * 1024
 DEFAULT_LOCK_TIMEOUT_MS = 5_000
-#: How long a read waits for a replica to replay this store's writes (``read_url``).
-DEFAULT_READ_WAIT_MS = 200
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MAX_INT = 2**63 - 1  # the widest integer both backends bind
 _MAX_COUNT = 2**31 - 1  # token counts and seqs are 32-bit columns
 T = TypeVar("T")
 
 
-def _check_int(name: str, value: int | None, *, low: int = 0, high: int = _MAX_INT) -> None:
-    if value is None:
-        return
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise InvalidEventError(f"{name}: expected an integer, got {type(value).__name__}")
-    if not low <= value <= high:
-        raise InvalidEventError(f"{name}: {value} is outside {low}..{high}")
-
-
-def _describe(exc: ValidationError, index: int) -> str:
-    err = exc.errors()[0]
-    loc = ".".join(str(p) for p in err["loc"])
-    return f"events[{index}].{loc}: {err['msg']}"
-
-
-class EventStore(SessionMethods, RuntimeMethods, FeedMethods, SearchMethods):
+class EventStore(SessionMethods, RuntimeMethods, FeedMethods, SearchMethods, ReplicaMethods):
     """A synchronous event store on SQLite or Postgres.
 
     Args:
@@ -122,11 +107,9 @@ class EventStore(SessionMethods, RuntimeMethods, FeedMethods, SearchMethods):
             holds (``lock_timeout``). Past either wait the write raises
             :class:`StorageBusyError` and nothing is written; retry it.
         engine: Share an existing engine instead of creating one.
-        read_url: A Postgres streaming replica of ``url``: views and reads go there, with
-            read-your-writes (a read waits up to ``read_wait_ms`` for the replica to
-            replay this store's writes, else runs on the primary). Writes and audits
-            (``verify``) always use the primary. See ``docs/scaling.md``.
-        read_wait_ms: How long a read waits for the replica to catch up (default 200).
+        read_url: A Postgres streaming replica of ``url`` for views and reads, with
+            read-your-writes: a read waits up to ``read_wait_ms`` (200) for the replica to
+            replay this store's writes, else reads the primary (``docs/scaling.md``).
         **engine_kwargs: Passed to :func:`sqlalchemy.create_engine`.
     """
 
@@ -234,32 +217,6 @@ class EventStore(SessionMethods, RuntimeMethods, FeedMethods, SearchMethods):
         self.dialect: str = engine.dialect.name
         self._replica = self._open_replica(read_url, read_wait_ms, lock_timeout_ms)
 
-    def _open_replica(
-        self, read_url: str | None, wait_ms: int, lock_timeout_ms: int
-    ) -> ReadReplica | None:
-        if read_url is None:
-            return None
-        bad_wait = not isinstance(wait_ms, int) or isinstance(wait_ms, bool)
-        if bad_wait or not 0 <= wait_ms <= 60_000:
-            raise ConfigurationError(
-                f"read_wait_ms: must be 0..60000 milliseconds, got {wait_ms!r}"
-            )
-        url = resolve_url(read_url)
-        if self.dialect != "postgresql" or make_url(url).get_backend_name() != "postgresql":
-            raise ConfigurationError(
-                "read_url: read replicas need Postgres on both sides (a streaming replica of "
-                "the primary at url); a SQLite store has no replicas, drop read_url"
-            )
-        replica_engine = create_engine(url)
-        configure_postgres(replica_engine, lock_timeout_ms)
-        return ReadReplica(replica_engine, wait_ms)
-
-    @property
-    def read_routing(self) -> dict[str, int]:
-        """How many reads went to the replica and how many to the primary (``read_url``
-        only; empty without one)."""
-        return dict(self._replica.routed) if self._replica is not None else {}
-
     def _open_schema(self) -> None:
         if self._schema_pending is None:
             return
@@ -330,31 +287,6 @@ class EventStore(SessionMethods, RuntimeMethods, FeedMethods, SearchMethods):
 
     def _run(self, fn: Callable[..., T], *args: Any, write: bool = False, **kw: Any) -> T:
         with self._tx(write) as conn:
-            return fn(conn, *args, **kw)
-
-    @contextmanager
-    def _read_tx(self) -> Iterator[Connection]:
-        """A read transaction on the replica when it has this store's writes, else on
-        the primary (see ``eventstore._replica``)."""
-        if self._replica is None:
-            with self._tx() as conn:
-                yield conn
-            return
-        self._open_schema()
-        with self._replica.connect() as replica:
-            if replica is None:
-                with self._tx() as conn:
-                    yield conn
-                return
-            try:
-                with replica.begin():
-                    yield replica
-            except DBAPIError as exc:
-                raise map_db_error(exc, self._timeouts) from None
-
-    def _read_run(self, fn: Callable[..., T], *args: Any, **kw: Any) -> T:
-        """:meth:`_run` for a read that may go to the replica."""
-        with self._read_tx() as conn:
             return fn(conn, *args, **kw)
 
     def _encode(self, evts: Sequence[Event | dict[str, Any]]) -> list[Encoded]:
