@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import and_, bindparam, delete, func, insert, select, update
+from sqlalchemy import and_, bindparam, func, insert, select, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
@@ -250,52 +250,6 @@ def get_session(
     if row is None or (row.deleted_at is not None and not (include_deleted or _AUDITING.get())):
         raise NotFoundError(f"no session {session_id!r} for tenant {tenant!r}")
     return _session_from_row(row)
-
-
-def get_session_by_key(conn: Connection, tenant: str, key: str, user_id: str | None) -> Session:
-    if not isinstance(key, str) or not key or storable_text_error(key):
-        raise NotFoundError(f"no session with key {key!r} for tenant {tenant!r}")
-    if user_id is not None and (not isinstance(user_id, str) or storable_text_error(user_id)):
-        raise NotFoundError(f"no session with key {key!r} for tenant {tenant!r}")
-    named = conn.execute(
-        select(session_keys.c.session_id).where(
-            session_keys.c.tenant == tenant,
-            session_keys.c.key_digest == key_digest(user_id, key),
-        )
-    ).first()
-    row = None
-    if named is not None:
-        row = conn.execute(
-            select(sessions).where(sessions.c.id == named.session_id, sessions.c.tenant == tenant)
-        ).first()
-    if row is None:
-        who = f" and user {user_id!r}" if user_id is not None else ""
-        raise NotFoundError(f"no session with key {key!r} for tenant {tenant!r}{who}")
-    return _session_from_row(row)
-
-
-def delete_session(conn: Connection, tenant: str, session_id: str) -> Session:
-    """Tombstone a session: it disappears from reads and lists, its log stays verifiable,
-    and its key is free again."""
-    found = get_session(conn, tenant, session_id)
-    now = utcnow()
-    digest = conn.execute(
-        select(sessions.c.key_digest).where(sessions.c.id == session_id)
-    ).scalar_one_or_none()
-    if digest is not None:
-        conn.execute(
-            delete(session_keys).where(
-                session_keys.c.tenant == tenant,
-                session_keys.c.key_digest == digest,
-                session_keys.c.session_id == session_id,
-            )
-        )
-    conn.execute(
-        update(sessions)
-        .where(sessions.c.id == session_id, sessions.c.tenant == tenant)
-        .values(deleted_at=now, key_digest=None)
-    )
-    return found.model_copy(update={"deleted_at": now})
 
 
 def list_sessions(
@@ -773,7 +727,8 @@ def read_event(conn: Connection, tenant: str, session_id: str, seq: int) -> Stor
 
 
 def taken_event_ids(conn: Connection, ids: Sequence[str]) -> list[str]:
-    """Which of ``ids`` already name a stored event (event ids are unique database-wide)."""
+    """Which of ``ids`` already name a stored event anywhere (the database enforces ids
+    unique per session; importers keep them unique across sessions too)."""
     found: list[str] = []
     for start in range(0, len(ids), 500):
         chunk = list(ids[start : start + 500])

@@ -24,6 +24,7 @@ from eventstore import (
     AsyncEventStore,
     ConfigurationError,
     EventStore,
+    EventStoreError,
     Message,
     Prune,
     SessionExistsError,
@@ -146,6 +147,19 @@ def test_0007_keeps_rows_chains_and_keys_down_and_up(empty_url: str) -> None:
         first = next(iter(store.read(ids["a"])))
         assert store.get_event(ids["fork"], first.event.id).seq == 1
         assert store.find_event(first.event.id).session_id == ids["a"]
+
+
+def test_an_event_id_is_unique_within_its_session(store: EventStore) -> None:
+    a, b = store.create_session(), store.create_session()
+    msg = Message.user("same id")
+    msg.id = str(uuid.uuid4())
+    store.append(a.id, [msg])
+    with pytest.raises(EventStoreError):
+        store.append(a.id, [msg])
+    # Another session may hold the id (the key is (session_id, id)); each finds its own.
+    store.append(b.id, [msg])
+    assert store.get_event(a.id, msg.id).session_id == a.id
+    assert store.get_event(b.id, msg.id).session_id == b.id
 
 
 # --------------------------------------------------------------------------- db distribute
