@@ -65,27 +65,46 @@ def _row(name: str, ms: list[float]) -> str:
 
 
 def partitioned_vs_plain(url: str, sessions: int, events: int, ops: int, parts: int) -> list[str]:
-    rows = []
-    for label in ("plain", f"hash-partitioned ({parts})"):
-        db = fresh_pg_database(url)
+    """Both databases are filled first, then measured in alternating rounds, so drift on a
+    busy machine (caches, autovacuum, other load) falls on both alike."""
+    labels = ("plain", f"hash-partitioned ({parts})")
+    dbs: dict[str, tuple[str, list[str]]] = {}
+    for n, label in enumerate(labels):
+        db = fresh_pg_database(url.replace("bench_scaling", f"bench_scaling_{n}"))
         with EventStore(db, upgrade=True) as store:
             ids = _fill(store, sessions, events)
-        if label != "plain":
+            for sid in ids:  # warm the head cache so appends take the fast path
+                store.append(sid, [Message.user("warm")])
+        if n:
             engine = create_engine(db)
             partition_by_session(engine, parts)
             engine.dispose()
-        appends, views = _append_and_view(db, ids, ops)
+        dbs[label] = (db, ids)
+    results: dict[str, tuple[list[float], list[float]]] = {k: ([], []) for k in labels}
+    stores = {label: EventStore(db) for label, (db, _) in dbs.items()}
+    try:
+        rounds = 5
+        for r in range(rounds):
+            for label in labels if r % 2 == 0 else reversed(labels):
+                appends, views = _append_and_view(stores[label], dbs[label][1], ops // rounds)
+                results[label][0].extend(appends)
+                results[label][1].extend(views)
+    finally:
+        for store in stores.values():
+            store.close()
+    rows = []
+    for label in labels:
+        appends, views = results[label]
         rows += [_row(f"{label}: append 1 event", appends), _row(f"{label}: view", views)]
     return rows
 
 
-def _append_and_view(db: str, ids: list[str], ops: int) -> tuple[list[float], list[float]]:
-    rng = random.Random(7)
-    with EventStore(db) as store:
-        for sid in ids:  # warm the head cache so appends take the fast path
-            store.append(sid, [Message.user("warm")])
-        appends = _lat(lambda: store.append(rng.choice(ids), [Message.user("hello")]), ops)
-        views = _lat(lambda: store.view(rng.choice(ids)), ops)
+def _append_and_view(
+    store: EventStore, ids: list[str], ops: int
+) -> tuple[list[float], list[float]]:
+    rng = random.Random(len(ids) + ops)
+    appends = _lat(lambda: store.append(rng.choice(ids), [Message.user("hello")]), ops)
+    views = _lat(lambda: store.view(rng.choice(ids)), ops)
     return appends, views
 
 
@@ -122,7 +141,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sessions", type=int, default=400)
     ap.add_argument("--events", type=int, default=48)
-    ap.add_argument("--ops", type=int, default=400)
+    ap.add_argument("--ops", type=int, default=1000)
     ap.add_argument("--partitions", type=int, default=8)
     args = ap.parse_args()
     url = os.environ.get("EVENTSTORE_BENCH_PG_URL", DEFAULT_URL)
