@@ -218,11 +218,13 @@ def try_fast(
             conn = conn.execution_options(isolation_level="AUTOCOMMIT")
             try:
                 result = fast_append(conn, store.tenant, session_id, encoded, head, head_hash)
-                if result is not None and store._replica is not None:
-                    store._replica.note_write(conn)  # reads on the replica wait for it
             except Exception:
                 store._heads.drop(session_id)
                 return None  # the ordinary path repeats the append and maps any error
+            # Outside the try: the append is committed, so a failure here must not make
+            # the ordinary path write it a second time.
+            if result is not None and store._replica is not None:
+                store._replica.note_write(conn)  # reads on the replica wait for it
     else:
         try:
             with store._tx(write=True) as conn:

@@ -56,13 +56,26 @@ class ReadReplica:
         self._lock = threading.Lock()
         self._written = 0  # newest primary WAL position after one of our commits
         self._replayed = 0  # newest replay position the replica has shown us
+        self._unknown = False  # a write's position could not be read: use the primary
         self.routed = {"replica": 0, "primary": 0}
 
     def note_write(self, conn: Connection) -> None:
-        """Remember the primary's WAL position after a commit on ``conn``."""
-        lsn = parse_lsn(conn.exec_driver_sql("SELECT pg_current_wal_lsn()::text").scalar_one())
+        """Remember the primary's WAL position after a commit on ``conn``.
+
+        Never raises: the write is already committed, and an error here would tell the
+        caller otherwise. When the position cannot be read, reads go to the primary
+        until a later write records one.
+        """
+        try:
+            raw = conn.exec_driver_sql("SELECT pg_current_wal_lsn()::text").scalar_one()
+            lsn = parse_lsn(raw)
+        except (DBAPIError, ValueError):
+            with self._lock:
+                self._unknown = True
+            return
         with self._lock:
             self._written = max(self._written, lsn)
+            self._unknown = False
 
     def _count(self, where: str) -> None:
         with self._lock:
@@ -73,6 +86,10 @@ class ReadReplica:
         """A replica connection that has replayed this store's writes, or ``None`` when
         the read should go to the primary (the replica stayed behind or is unreachable)."""
         target = self._written
+        if self._unknown:
+            self._count("primary")
+            yield None
+            return
         try:
             conn = self.engine.connect()
         except DBAPIError:

@@ -30,6 +30,7 @@ from eventstore import (
     SessionExistsError,
     ToolCallPart,
 )
+from eventstore._replica import parse_lsn
 from eventstore.cli import cli
 from eventstore.distribution import SESSION_TABLES, partitions_of
 from eventstore.migrate import check, current_revision, downgrade, upgrade
@@ -267,6 +268,11 @@ def test_partitioned_by_session_keeps_every_guarantee(pg_url: str) -> None:
 
 
 # --------------------------------------------------------------------------- read replicas
+
+
+def test_wal_positions_compare_as_numbers() -> None:
+    assert parse_lsn("16/B374D848") == (0x16 << 32) | 0xB374D848
+    assert parse_lsn("0/10") < parse_lsn("0/9A") < parse_lsn("1/0")
 
 
 def test_read_url_needs_postgres(tmp_path: Path) -> None:
