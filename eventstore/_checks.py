@@ -12,6 +12,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from pydantic import ValidationError
+
 from .errors import InvalidEventError
 from .events import (
     Condensation,
@@ -26,7 +28,35 @@ from .events import (
     Queued,
 )
 
-__all__ = ["MAX_DEPTH", "MAX_COLUMN_INT", "check_references", "check_json_value", "check_event"]
+__all__ = [
+    "MAX_DEPTH",
+    "MAX_COLUMN_INT",
+    "check_references",
+    "check_json_value",
+    "check_event",
+    "check_int",
+    "describe_error",
+]
+
+_MAX_BIND_INT = 2**63 - 1  # the widest integer both backends bind
+
+
+def check_int(name: str, value: int | None, *, low: int = 0, high: int = _MAX_BIND_INT) -> None:
+    """Refuse a seq or count argument that is not an integer in ``low..high``."""
+    if value is None:
+        return
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise InvalidEventError(f"{name}: expected an integer, got {type(value).__name__}")
+    if not low <= value <= high:
+        raise InvalidEventError(f"{name}: {value} is outside {low}..{high}")
+
+
+def describe_error(exc: ValidationError, index: int) -> str:
+    """The first problem pydantic found in ``events[index]``, as one line."""
+    err = exc.errors()[0]
+    loc = ".".join(str(p) for p in err["loc"])
+    return f"events[{index}].{loc}: {err['msg']}"
+
 
 #: How deep free-form data (``Custom.data``, metadata dicts) may nest.
 MAX_DEPTH = 200

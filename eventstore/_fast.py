@@ -169,6 +169,10 @@ def try_fast(
             except Exception:
                 store._heads.drop(session_id)
                 return None  # the ordinary path repeats the append and maps any error
+            # Outside the try: the append is committed, so a failure here must not make
+            # the ordinary path write it a second time.
+            if result is not None and store._replica is not None:
+                store._replica.note_write(conn)  # reads on the replica wait for it
     else:
         try:
             with store._tx(write=True) as conn:

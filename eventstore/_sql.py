@@ -50,7 +50,7 @@ from .errors import (
 )
 from .events import Prune, utcnow
 from .records import AppendResult, Session, StoredEvent
-from .schema import events, fork_compactions, parts, sessions
+from .schema import events, fork_compactions, parts, session_keys, sessions
 
 READ_PAGE = 256
 BREAKER_PREFIX = "condenser.circuit"  # custom events that carry a policy's breaker state
@@ -134,13 +134,13 @@ def create_session(
         check_text("key", key)
         digest = key_digest(user_id, key)
         clash = conn.execute(
-            select(sessions.c.id).where(
-                sessions.c.tenant == tenant, sessions.c.key_digest == digest
+            select(session_keys.c.session_id).where(
+                session_keys.c.tenant == tenant, session_keys.c.key_digest == digest
             )
         ).first()
         if clash:
             raise SessionExistsError(
-                f"key {key!r} already names session {clash.id} for this tenant and user; "
+                f"key {key!r} already names session {clash.session_id} for this tenant and user; "
                 "get it with get_session_by_key, or delete it first"
             )
     if session_id is not None:
@@ -173,6 +173,12 @@ def create_session(
     }
     try:
         with conn.begin_nested():
+            if digest is not None:
+                # The name's own table is the unique guard (see schema.session_keys).
+                conn.execute(
+                    insert(session_keys),
+                    {"tenant": tenant, "key_digest": digest, "session_id": sid},
+                )
             conn.execute(insert(sessions), row)
     except IntegrityError:
         # A concurrent create took the id or the key between the check and the insert.
@@ -245,35 +251,6 @@ def get_session(
     if row is None or (row.deleted_at is not None and not (include_deleted or _AUDITING.get())):
         raise NotFoundError(f"no session {session_id!r} for tenant {tenant!r}")
     return _session_from_row(row)
-
-
-def get_session_by_key(conn: Connection, tenant: str, key: str, user_id: str | None) -> Session:
-    if not isinstance(key, str) or not key or storable_text_error(key):
-        raise NotFoundError(f"no session with key {key!r} for tenant {tenant!r}")
-    if user_id is not None and (not isinstance(user_id, str) or storable_text_error(user_id)):
-        raise NotFoundError(f"no session with key {key!r} for tenant {tenant!r}")
-    row = conn.execute(
-        select(sessions).where(
-            sessions.c.tenant == tenant, sessions.c.key_digest == key_digest(user_id, key)
-        )
-    ).first()
-    if row is None:
-        who = f" and user {user_id!r}" if user_id is not None else ""
-        raise NotFoundError(f"no session with key {key!r} for tenant {tenant!r}{who}")
-    return _session_from_row(row)
-
-
-def delete_session(conn: Connection, tenant: str, session_id: str) -> Session:
-    """Tombstone a session: it disappears from reads and lists, its log stays verifiable,
-    and its key is free again."""
-    found = get_session(conn, tenant, session_id)
-    now = utcnow()
-    conn.execute(
-        update(sessions)
-        .where(sessions.c.id == session_id, sessions.c.tenant == tenant)
-        .values(deleted_at=now, key_digest=None)
-    )
-    return found.model_copy(update={"deleted_at": now})
 
 
 def list_sessions(
@@ -754,7 +731,8 @@ def read_event(conn: Connection, tenant: str, session_id: str, seq: int) -> Stor
 
 
 def taken_event_ids(conn: Connection, ids: Sequence[str]) -> list[str]:
-    """Which of ``ids`` already name a stored event (event ids are unique database-wide)."""
+    """Which of ``ids`` already name a stored event anywhere (the database enforces ids
+    unique per session; importers keep them unique across sessions too)."""
     found: list[str] = []
     for start in range(0, len(ids), 500):
         chunk = list(ids[start : start + 500])

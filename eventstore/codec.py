@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from pydantic import ValidationError
+
 from .errors import InvalidEventError
 from .events import (
     EVENT_ADAPTER,
@@ -45,6 +47,7 @@ __all__ = [
     "Encoded",
     "encode",
     "part_columns",
+    "read_back",
 ]
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -292,3 +295,17 @@ def encode(evt: Event, counter: TokenCounter, blob_threshold: int | None = None)
     else:
         total = 0
     return Encoded(evt, evt.kind, payload, size, total, part_rows, blobs)
+
+
+def read_back(kind: str, payload: str, created_at: Any) -> None:
+    """Parse a payload as :func:`~eventstore.codec.decode_event` would, in one pass of
+    pydantic's JSON validator (the read that follows an append must never fail)."""
+    head = f'{{"kind":"{kind}","id":"0"'
+    if isinstance(created_at, datetime):
+        head += f',"created_at":"{created_at.isoformat()}"'
+    try:
+        EVENT_ADAPTER.validate_json(head + "}" if payload == "{}" else head + "," + payload[1:])
+    except ValidationError:
+        # The JSON parser refuses what Python's accepts (lone surrogates kept from invalid
+        # UTF-8 tool output): decide exactly as the read will.
+        decode_event(kind, payload, "0", created_at or datetime.now(UTC))

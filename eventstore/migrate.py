@@ -129,17 +129,32 @@ def check(engine: Engine) -> list[Any]:
     from alembic.autogenerate import compare_metadata
     from alembic.runtime.migration import MigrationContext
 
+    from .distribution import is_partition_name
     from .schema import NATIVE_SEARCH_TABLES, metadata
 
     native = NATIVE_SEARCH_TABLES.get(engine.dialect.name, "")
 
     def include_name(name: str | None, type_: str, _parents: Any) -> bool:
-        # The full-text index is backend-native DDL, outside the metadata on purpose.
-        return not (type_ == "table" and native and (name or "").startswith(native))
+        # The full-text index is backend-native DDL, outside the metadata on purpose; so
+        # are the partitions `eventstore db distribute --partition` adds.
+        if type_ != "table":
+            return True
+        return not ((native and (name or "").startswith(native)) or is_partition_name(name or ""))
+
+    def include_object(obj: Any, name: str | None, type_: str, reflected: bool, _to: Any) -> bool:
+        # A foreign key to a partitioned table shows up once more per partition.
+        if type_ == "foreign_key_constraint" and reflected:
+            return not is_partition_name(obj.referred_table.name)
+        return True
 
     with engine.connect() as conn:
         ctx = MigrationContext.configure(
-            conn, opts={"compare_type": True, "include_name": include_name}
+            conn,
+            opts={
+                "compare_type": True,
+                "include_name": include_name,
+                "include_object": include_object,
+            },
         )
         return list(compare_metadata(ctx, metadata))
 

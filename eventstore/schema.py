@@ -31,6 +31,7 @@ from sqlalchemy import (
 __all__ = [
     "metadata",
     "sessions",
+    "session_keys",
     "events",
     "parts",
     "fork_compactions",
@@ -47,7 +48,7 @@ __all__ = [
 ]
 
 #: The Alembic revision this code expects. A test asserts it equals the migration head.
-SCHEMA_REVISION = "0006"
+SCHEMA_REVISION = "0007"
 
 NAMING_CONVENTION = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -97,16 +98,29 @@ sessions = Table(
     Column("created_at", UTCDateTime, nullable=False),
     Column("updated_at", UTCDateTime, nullable=False),
     # The caller's own name for the session, any length (since 0005), and the SHA-256 over
-    # (user_id, key) that makes it unique per tenant and user; cleared when deleted.
+    # (user_id, key) that ``session_keys`` holds unique per tenant; cleared when deleted.
     Column("key", Text, nullable=True),
     Column("key_digest", String(64), nullable=True),
     # Set by delete_session: a tombstone, never a removal.
     Column("deleted_at", UTCDateTime, nullable=True),
+    # No foreign key on parent_id: it would point at another session, and sessions are
+    # the unit a distributed database spreads over machines (see docs/scaling.md).
     PrimaryKeyConstraint("id"),
-    ForeignKeyConstraint(["parent_id"], ["sessions.id"]),
     Index(None, "tenant", "created_at"),
     Index(None, "tenant", "user_id", "created_at"),
-    Index(None, "tenant", "key_digest", unique=True),
+)
+
+# The caller's names for sessions (``create_session(key=...)``), unique per tenant and user.
+# The one session-table key without ``session_id``: a name must be unique wherever its
+# session lives, so this table is keyed (and distributed) by the name. It is written only
+# when a session is created with a key or deleted, never on the append path.
+session_keys = Table(
+    "session_keys",
+    metadata,
+    Column("tenant", String(255), nullable=False),
+    Column("key_digest", String(64), nullable=False),
+    Column("session_id", String(36), nullable=False),
+    PrimaryKeyConstraint("tenant", "key_digest"),
 )
 
 events = Table(
@@ -127,10 +141,14 @@ events = Table(
     Column("hash", String(64), nullable=False),
     PrimaryKeyConstraint("session_id", "seq"),
     ForeignKeyConstraint(["session_id"], ["sessions.id"]),
-    UniqueConstraint("id"),
+    # Every unique key includes session_id, so events can be spread by session (0007).
+    # Event ids are UUIDv7s, unique by construction; the database enforces it per session.
+    UniqueConstraint("session_id", "id"),
     UniqueConstraint("session_id", "idempotency_key"),
     # One probe finds the latest condensation at or before a seq.
     Index(None, "session_id", "kind", "seq"),
+    # get_event / find_event by id alone.
+    Index(None, "id"),
 )
 
 parts = Table(

@@ -24,7 +24,6 @@ import asyncio
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from datetime import datetime
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
@@ -35,6 +34,8 @@ from sqlalchemy.exc import DBAPIError
 
 from . import _blobs, _purge, _sql, _view_rows
 from ._checks import check_event
+from ._checks import check_int as _check_int
+from ._checks import describe_error as _describe
 from ._engine import (
     DEFAULT_URL,
     Timeouts,
@@ -47,11 +48,12 @@ from ._engine import (
 from ._fast import HeadCache, try_fast
 from ._feed import FeedMethods, afollow
 from ._purge import PurgeMethods
+from ._replica import DEFAULT_READ_WAIT_MS, ReplicaMethods
 from ._runtime import RuntimeMethods
 from ._search import SearchMethods
 from ._sessions import SessionMethods, audit_for_async, read_event_expanded, read_page_expanded
 from ._twins import awaitable, calibrated_tokens, record_llm_call, streaming
-from .codec import Encoded, check_text, decode_event, encode, format_ts
+from .codec import Encoded, check_text, encode, format_ts, read_back
 from .errors import (
     ConfigurationError,
     ConflictError,
@@ -61,7 +63,7 @@ from .errors import (
     StorageBusyError,
     StorageError,
 )
-from .events import EVENT_ADAPTER, Condensation, Event, LLMCall, Message, Part, PartRef, utcnow
+from .events import EVENT_ADAPTER, Condensation, Event, LLMCall, Message, Part, PartRef
 from .migrate import ensure_schema
 from .records import AppendResult, Session, StoredEvent, VerifyReport
 from .tokens import HeuristicTokenCounter, TokenCounter
@@ -85,36 +87,9 @@ _MAX_COUNT = 2**31 - 1  # token counts and seqs are 32-bit columns
 T = TypeVar("T")
 
 
-def _check_int(name: str, value: int | None, *, low: int = 0, high: int = _MAX_INT) -> None:
-    if value is None:
-        return
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise InvalidEventError(f"{name}: expected an integer, got {type(value).__name__}")
-    if not low <= value <= high:
-        raise InvalidEventError(f"{name}: {value} is outside {low}..{high}")
-
-
-def _describe(exc: ValidationError, index: int) -> str:
-    err = exc.errors()[0]
-    loc = ".".join(str(p) for p in err["loc"])
-    return f"events[{index}].{loc}: {err['msg']}"
-
-
-def _read_back(kind: str, payload: str, created_at: Any) -> None:
-    """Parse a payload as :func:`~eventstore.codec.decode_event` would, in one pass of
-    pydantic's JSON validator (the read that follows an append must never fail)."""
-    head = f'{{"kind":"{kind}","id":"0"'
-    if isinstance(created_at, datetime):
-        head += f',"created_at":"{created_at.isoformat()}"'
-    try:
-        EVENT_ADAPTER.validate_json(head + "}" if payload == "{}" else head + "," + payload[1:])
-    except ValidationError:
-        # The JSON parser refuses what Python's accepts (lone surrogates kept from invalid
-        # UTF-8 tool output): decide exactly as the read will.
-        decode_event(kind, payload, "0", created_at or utcnow())
-
-
-class EventStore(SessionMethods, RuntimeMethods, FeedMethods, SearchMethods, PurgeMethods):
+class EventStore(
+    SessionMethods, RuntimeMethods, FeedMethods, SearchMethods, PurgeMethods, ReplicaMethods
+):
     """A synchronous event store on SQLite or Postgres.
 
     Args:
@@ -133,6 +108,9 @@ class EventStore(SessionMethods, RuntimeMethods, FeedMethods, SearchMethods, Pur
             holds (``lock_timeout``). Past either wait the write raises
             :class:`StorageBusyError` and nothing is written; retry it.
         engine: Share an existing engine instead of creating one.
+        read_url: A Postgres streaming replica of ``url`` for views and reads, with
+            read-your-writes: a read waits up to ``read_wait_ms`` (200) for the replica to
+            replay this store's writes, else reads the primary (``docs/scaling.md``).
         **engine_kwargs: Passed to :func:`sqlalchemy.create_engine`.
     """
 
@@ -149,6 +127,8 @@ class EventStore(SessionMethods, RuntimeMethods, FeedMethods, SearchMethods, Pur
         lock_timeout_ms: int = DEFAULT_LOCK_TIMEOUT_MS,
         blob_threshold: int | None = DEFAULT_BLOB_THRESHOLD,
         engine: Engine | None = None,
+        read_url: str | None = None,
+        read_wait_ms: int = DEFAULT_READ_WAIT_MS,
         **engine_kwargs: Any,
     ) -> None:
         self._setup(
@@ -163,6 +143,8 @@ class EventStore(SessionMethods, RuntimeMethods, FeedMethods, SearchMethods, Pur
             blob_threshold=blob_threshold,
             engine=engine,
             engine_kwargs=engine_kwargs,
+            read_url=read_url,
+            read_wait_ms=read_wait_ms,
         )
         self._open_schema()
 
@@ -180,6 +162,8 @@ class EventStore(SessionMethods, RuntimeMethods, FeedMethods, SearchMethods, Pur
         blob_threshold: int | None,
         engine: Engine | None,
         engine_kwargs: dict[str, Any],
+        read_url: str | None = None,
+        read_wait_ms: int = DEFAULT_READ_WAIT_MS,
     ) -> None:
         # Everything but I/O: the async store calls this on the event loop and opens the
         # schema later, in a worker thread.
@@ -232,6 +216,7 @@ class EventStore(SessionMethods, RuntimeMethods, FeedMethods, SearchMethods, Pur
         self._lock_local = not self._owns_engine and engine.dialect.name == "postgresql"
         self.engine = engine
         self.dialect: str = engine.dialect.name
+        self._replica = self._open_replica(read_url, read_wait_ms, lock_timeout_ms)
 
     def _open_schema(self) -> None:
         if self._schema_pending is None:
@@ -264,12 +249,15 @@ class EventStore(SessionMethods, RuntimeMethods, FeedMethods, SearchMethods, Pur
             engine=self.engine,
         )
         other._timeouts, other._lock_local = self._timeouts, self._lock_local
+        other._replica = self._replica
         return other
 
     def close(self) -> None:
         """Release pooled connections."""
         if self._owns_engine:
             self.engine.dispose()
+            if self._replica is not None:
+                self._replica.engine.dispose()
 
     def __enter__(self) -> EventStore:
         return self
@@ -289,6 +277,8 @@ class EventStore(SessionMethods, RuntimeMethods, FeedMethods, SearchMethods, Pur
                         ms = self._timeouts.lock_timeout_ms
                         conn.exec_driver_sql(f"SET LOCAL lock_timeout = {ms}")
                     yield conn
+                if write and self._replica is not None:
+                    self._replica.note_write(conn)  # after the commit: reads wait for it
         except DBAPIError as exc:
             raise map_db_error(exc, self._timeouts) from None
         except OverflowError:
@@ -334,7 +324,7 @@ class EventStore(SessionMethods, RuntimeMethods, FeedMethods, SearchMethods, Pur
                 # Models are mutable and unvalidated on assignment: make sure what is about
                 # to be stored reads back, or a single bad event would make the log unreadable.
                 try:
-                    _read_back(enc.kind, enc.payload, evt.created_at)
+                    read_back(enc.kind, enc.payload, evt.created_at)
                 except ValidationError as exc:
                     raise InvalidEventError(_describe(exc, i)) from None
                 except RecursionError:
@@ -384,7 +374,7 @@ class EventStore(SessionMethods, RuntimeMethods, FeedMethods, SearchMethods, Pur
 
     def get_session(self, session_id: str) -> Session:
         """The session, or :class:`NotFoundError` (also for another tenant's session)."""
-        return self._run(_sql.get_session, self.tenant, session_id)
+        return self._read_run(_sql.get_session, self.tenant, session_id)
 
     def list_sessions(
         self,
@@ -499,11 +489,11 @@ class EventStore(SessionMethods, RuntimeMethods, FeedMethods, SearchMethods, Pur
     def _read(
         self, session_id: str, from_seq: int, to_seq: int | None, kinds: list[str] | None
     ) -> Iterator[StoredEvent]:
-        segments, head = self._run(_sql.lineage_and_head, self.tenant, session_id)
+        segments, head = self._read_run(_sql.lineage_and_head, self.tenant, session_id)
         last = head if to_seq is None else min(to_seq, head)
         after = max(from_seq, 1) - 1
         while after < last:
-            page = self._run(read_page_expanded, self.tenant, segments, after, last, kinds)
+            page = self._read_run(read_page_expanded, self.tenant, segments, after, last, kinds)
             if not page:
                 return
             yield from page
@@ -515,7 +505,7 @@ class EventStore(SessionMethods, RuntimeMethods, FeedMethods, SearchMethods, Pur
         """The newest event of ``kind`` at or before ``as_of`` (default: the head), or
         ``None``: one indexed probe, whatever the session's length."""
         _check_int("as_of", as_of)
-        return self._run(_sql.latest_of_kind, self.tenant, session_id, kind, as_of)
+        return self._read_run(_sql.latest_of_kind, self.tenant, session_id, kind, as_of)
 
     def verify(
         self,
@@ -592,12 +582,12 @@ class EventStore(SessionMethods, RuntimeMethods, FeedMethods, SearchMethods, Pur
         when the head was at ``k``, whatever was appended since.
         """
         _check_int("as_of", as_of)
-        rows = self._run(_view_rows.view_rows, self.tenant, session_id, as_of, expand=True)
+        rows = self._read_run(_view_rows.view_rows, self.tenant, session_id, as_of, expand=True)
         return assemble(rows, options, self.token_counter)
 
     def original(self, session_id: str, ref: PartRef) -> Part:
         """The full stored part behind a reference (for example a pruned tool result)."""
-        stored = self._run(read_event_expanded, self.tenant, session_id, ref.seq)
+        stored = self._read_run(read_event_expanded, self.tenant, session_id, ref.seq)
         if stored is None:
             raise NotFoundError(f"no event at seq {ref.seq} in session {session_id}")
         evt = stored.event
@@ -689,6 +679,8 @@ class AsyncEventStore:
         lock_timeout_ms: int = DEFAULT_LOCK_TIMEOUT_MS,
         blob_threshold: int | None = DEFAULT_BLOB_THRESHOLD,
         engine: Engine | None = None,
+        read_url: str | None = None,
+        read_wait_ms: int = DEFAULT_READ_WAIT_MS,
         **engine_kwargs: Any,
     ) -> None:
         sync = EventStore.__new__(EventStore)
@@ -704,6 +696,8 @@ class AsyncEventStore:
             blob_threshold=blob_threshold,
             engine=engine,
             engine_kwargs=engine_kwargs,
+            read_url=read_url,
+            read_wait_ms=read_wait_ms,
         )
         self.sync = sync
         """The synchronous store underneath (same engine, same tenant)."""
@@ -739,6 +733,11 @@ class AsyncEventStore:
     def token_counter(self) -> TokenCounter:
         """Counts part tokens at append time."""
         return self.sync.token_counter
+
+    @property
+    def read_routing(self) -> dict[str, int]:
+        """As :attr:`EventStore.read_routing`."""
+        return self.sync.read_routing
 
     @property
     def max_event_bytes(self) -> int:

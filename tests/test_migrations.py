@@ -36,6 +36,7 @@ ROOT = Path(__file__).resolve().parent.parent
 VERSIONS = ROOT / "migrations" / "versions"
 TABLES = {
     "sessions",
+    "session_keys",
     "events",
     "parts",
     "fork_compactions",

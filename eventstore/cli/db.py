@@ -130,3 +130,58 @@ def db_check(state: State, as_json: bool) -> None:
         for line in lines:
             click.echo(f"  {line}", err=True)
     sys.exit(1)
+
+
+@db.command("distribute")
+@click.option(
+    "--partition",
+    "partitions",
+    type=int,
+    default=None,
+    metavar="N",
+    help="Plain Postgres: hash-partition events and parts by session into N partitions.",
+)
+@json_option
+@db_option
+@pass_state
+def db_distribute(state: State, partitions: int | None, as_json: bool) -> None:
+    """Spread the store by session: Citus when the server has it, else explain.
+
+    With Citus, the session tables become distributed tables on the session, co-located,
+    and the small global tables reference tables. With --partition N on plain Postgres,
+    events and parts become tables hash-partitioned by session. See docs/scaling.md.
+    """
+    from eventstore import distribution
+    from eventstore.errors import SchemaError
+
+    engine = _engine(state)
+    try:
+        if partitions is None:
+            statements = distribution.distribute_citus(engine)
+        else:
+            statements = distribution.partition_by_session(engine, partitions)
+    except SchemaError as exc:
+        if as_json:
+            emit_json({"url": _display_url(state), "ok": False, "error": str(exc)})
+        click.echo(f"cannot distribute {_display_url(state)}: {exc}", err=True)
+        sys.exit(1)
+    finally:
+        engine.dispose()
+    mode = "citus" if partitions is None else "partition"
+    if as_json:
+        emit_json({"url": _display_url(state), "ok": True, "mode": mode, "statements": statements})
+        return
+    if partitions is None:
+        click.echo(
+            f"distributed {_display_url(state)} with Citus: the session tables are "
+            "distributed on the session and co-located (one session's rows on one worker); "
+            "session_keys, blobs and feed by their own keys; search_progress and "
+            "alembic_version are reference tables. Statements run:"
+        )
+    else:
+        click.echo(
+            f"partitioned events and parts of {_display_url(state)} into {partitions} hash "
+            "partitions by session_id; rows, keys and append-only guards kept. Statements run:"
+        )
+    for sql in statements:
+        click.echo(f"  {sql};")

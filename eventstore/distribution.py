@@ -1,0 +1,220 @@
+"""Spreading a store past one machine by session: Citus, or hash partitions on Postgres.
+
+Since schema revision 0007 every primary and unique key of a session's tables contains
+the session (``sessions.id``, elsewhere ``session_id``) and no foreign key crosses from
+one session to another, so a session and everything in it can live on one shard:
+
+* **Citus** (:func:`distribute_citus`): the session tables become distributed tables on
+  the session column, co-located, so an append, a read and a view each touch one worker.
+  The tenant-wide tables are distributed by their own keys (``session_keys`` by the name's
+  digest, ``blobs`` by content digest, ``feed`` by tenant) and the small global ones
+  become reference tables.
+* **Plain Postgres** (:func:`partition_by_session`): ``events`` and ``parts`` are rebuilt
+  as tables hash-partitioned by ``session_id`` into ``N`` partitions, the same key rules
+  checked by the server itself (a partitioned table's unique keys must include the
+  partition column). The guards are re-created on the parent and on each partition.
+
+Both return the statements they ran, for the ``eventstore db distribute`` command to show.
+"""
+
+from __future__ import annotations
+
+import re
+
+from sqlalchemy import text
+from sqlalchemy.engine import Connection, Engine
+
+from .errors import SchemaError
+from .schema import SCHEMA_REVISION
+
+__all__ = [
+    "SESSION_TABLES",
+    "citus_available",
+    "distribute_citus",
+    "partition_by_session",
+    "partitions_of",
+    "is_partition_name",
+]
+
+#: Tables whose rows belong to one session, with the column that names it. Citus
+#: co-locates them on that column; the first one is the one the others follow.
+SESSION_TABLES: tuple[tuple[str, str], ...] = (
+    ("sessions", "id"),
+    ("events", "session_id"),
+    ("parts", "session_id"),
+    ("fork_compactions", "session_id"),
+    ("feed_pending", "session_id"),
+    ("search_docs", "session_id"),
+)
+
+#: Tenant-wide tables that grow with use: distributed by their own key, each on its own.
+_KEYED_TABLES: tuple[tuple[str, str], ...] = (
+    ("session_keys", "key_digest"),
+    ("blobs", "digest"),
+    ("feed", "tenant"),
+)
+
+#: Small global tables: a copy on every node.
+_REFERENCE_TABLES = ("search_progress", "alembic_version")
+
+_PARTITIONED = ("events", "parts")
+_PARTITION_NAME = re.compile(r"^(events|parts)_p\d+$")
+
+
+def is_partition_name(name: str) -> bool:
+    """Whether ``name`` is a partition :func:`partition_by_session` creates."""
+    return bool(_PARTITION_NAME.match(name))
+
+
+def _require_postgres_at_head(conn: Connection, what: str) -> None:
+    if conn.dialect.name != "postgresql":
+        raise SchemaError(
+            f"{what} needs Postgres: a SQLite database is one file on one machine, so there "
+            "is nothing to spread. Move the store to Postgres (`eventstore export` / "
+            "`eventstore import`), then run this command against it"
+        )
+    row = conn.execute(text("SELECT to_regclass('alembic_version')")).scalar()
+    current = (
+        conn.execute(text("SELECT version_num FROM alembic_version")).scalar() if row else None
+    )
+    if current != SCHEMA_REVISION:
+        raise SchemaError(
+            f"the database is at schema revision {current or 'empty'}; {what} needs "
+            f"{SCHEMA_REVISION}, whose keys all include the session. Run `eventstore db "
+            "upgrade` first"
+        )
+
+
+def citus_available(conn: Connection) -> bool:
+    """Whether the server can load the ``citus`` extension."""
+    if conn.dialect.name != "postgresql":
+        return False
+    found = conn.execute(text("SELECT 1 FROM pg_available_extensions WHERE name = 'citus'")).first()
+    return found is not None
+
+
+def distribute_citus(engine: Engine) -> list[str]:
+    """Distribute the schema with Citus; returns the statements run.
+
+    Raises:
+        SchemaError: Not Postgres, the schema is not at the head revision, or the server
+            has no ``citus`` extension; the message says what to do instead.
+    """
+    with engine.begin() as conn:
+        _require_postgres_at_head(conn, "distributing with Citus")
+        if not citus_available(conn):
+            raise SchemaError(
+                "the citus extension is not available on this Postgres server "
+                "(pg_available_extensions has no 'citus'), so the tables cannot be "
+                "distributed over worker nodes. Install Citus on the server (and add it to "
+                "shared_preload_libraries), or run `eventstore db distribute --partition N` "
+                "to hash-partition events and parts by session on this one server"
+            )
+        present = {
+            r[0]
+            for r in conn.execute(
+                text("SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")
+            )
+        }
+        statements = [
+            "CREATE EXTENSION IF NOT EXISTS citus",
+            # The append-only guards and the feed trigger touch only co-located rows of one
+            # session, the case Citus runs safely on each shard.
+            "SET LOCAL citus.enable_unsafe_triggers = on",
+        ]
+        first = SESSION_TABLES[0][0]
+        for table, column in SESSION_TABLES:
+            if table not in present:
+                continue
+            colocate = "none" if table == first else first
+            statements.append(
+                f"SELECT create_distributed_table('{table}', '{column}', "
+                f"colocate_with => '{colocate}')"
+            )
+        for table, column in _KEYED_TABLES:
+            statements.append(
+                f"SELECT create_distributed_table('{table}', '{column}', colocate_with => 'none')"
+            )
+        statements += [f"SELECT create_reference_table('{t}')" for t in _REFERENCE_TABLES]
+        for sql in statements:
+            conn.exec_driver_sql(sql)
+        return statements
+
+
+def partitions_of(conn: Connection, table: str) -> list[str]:
+    """The partitions of ``table`` (empty when it is not partitioned)."""
+    rows = conn.execute(
+        text(
+            "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+            "WHERE i.inhparent = to_regclass(:t) ORDER BY c.relname"
+        ),
+        {"t": table},
+    )
+    return [r[0] for r in rows]
+
+
+def partition_by_session(engine: Engine, partitions: int) -> list[str]:
+    """Rebuild ``events`` and ``parts`` as tables hash-partitioned by ``session_id``.
+
+    One transaction: the rows are copied as they are (every hash chain still verifies),
+    the old tables dropped, and the keys, indexes and append-only guards re-created under
+    their usual names. Writers wait on the table locks meanwhile.
+
+    Raises:
+        SchemaError: Not Postgres, not at the head revision, already partitioned, or
+            ``partitions`` out of range.
+    """
+    if isinstance(partitions, bool) or not isinstance(partitions, int) or not 2 <= partitions:
+        raise SchemaError(f"--partition: a number of partitions of 2 or more, not {partitions!r}")
+    if partitions > 1024:
+        raise SchemaError(f"--partition: at most 1024 partitions, not {partitions}")
+    from .schema import _PG_TRIGGERS
+
+    with engine.begin() as conn:
+        _require_postgres_at_head(conn, "partitioning by session")
+        if partitions_of(conn, "events"):
+            raise SchemaError(
+                "events is already partitioned; nothing was changed (to change the number "
+                "of partitions, export the sessions into a new database and partition that)"
+            )
+        statements = ["LOCK TABLE sessions, events, parts IN ACCESS EXCLUSIVE MODE"]
+        for table in _PARTITIONED:
+            statements.append(
+                f"CREATE TABLE _new_{table} (LIKE {table} INCLUDING DEFAULTS) "
+                "PARTITION BY HASH (session_id)"
+            )
+            statements += [
+                f"CREATE TABLE {table}_p{i} PARTITION OF _new_{table} "
+                f"FOR VALUES WITH (MODULUS {partitions}, REMAINDER {i})"
+                for i in range(partitions)
+            ]
+            statements.append(f"INSERT INTO _new_{table} SELECT * FROM {table}")
+        # DROP fires no row triggers: the guards reject changes to rows, not the swap.
+        statements += ["DROP TABLE parts", "DROP TABLE events"]
+        statements += [f"ALTER TABLE _new_{t} RENAME TO {t}" for t in _PARTITIONED]
+        statements += [
+            "ALTER TABLE events ADD CONSTRAINT pk_events PRIMARY KEY (session_id, seq)",
+            "ALTER TABLE events ADD CONSTRAINT uq_events_session_id_id UNIQUE (session_id, id)",
+            "ALTER TABLE events ADD CONSTRAINT uq_events_session_id_idempotency_key "
+            "UNIQUE (session_id, idempotency_key)",
+            "ALTER TABLE events ADD CONSTRAINT fk_events_session_id_sessions "
+            "FOREIGN KEY (session_id) REFERENCES sessions (id)",
+            "CREATE INDEX ix_events_session_id_kind_seq ON events (session_id, kind, seq)",
+            "CREATE INDEX ix_events_id ON events (id)",
+            "ALTER TABLE parts ADD CONSTRAINT pk_parts PRIMARY KEY (session_id, seq, idx)",
+            "ALTER TABLE parts ADD CONSTRAINT fk_parts_session_id_events "
+            "FOREIGN KEY (session_id, seq) REFERENCES events (session_id, seq)",
+        ]
+        statements += [sql for _, table, sql in _PG_TRIGGERS if table in _PARTITIONED]
+        # Statement triggers stay on the table they are created on: a TRUNCATE aimed at
+        # one partition needs its own guard.
+        for table in _PARTITIONED:
+            statements += [
+                f"CREATE TRIGGER {table}_p{i}_no_truncate BEFORE TRUNCATE ON {table}_p{i} "
+                "FOR EACH STATEMENT EXECUTE FUNCTION eventstore_reject_change()"
+                for i in range(partitions)
+            ]
+        statements += ["ANALYZE events", "ANALYZE parts"]
+        for sql in statements:
+            conn.exec_driver_sql(sql)
+        return statements

@@ -1,0 +1,382 @@
+"""A path past one machine: session keys everywhere (0007), `db distribute`, read replicas.
+
+All on real databases: SQLite files, the test Postgres, and for replicas a throwaway
+primary with a real streaming standby started by the test itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from conftest import REQUIRE_PG, drop_pg_database, fresh_pg_database
+from sqlalchemy import create_engine, text
+
+from eventstore import (
+    AsyncEventStore,
+    ConfigurationError,
+    EventStore,
+    EventStoreError,
+    Message,
+    Prune,
+    SessionExistsError,
+    ToolCallPart,
+)
+from eventstore._replica import parse_lsn
+from eventstore.cli import cli
+from eventstore.distribution import SESSION_TABLES, partitions_of
+from eventstore.migrate import check, current_revision, downgrade, upgrade
+from eventstore.schema import SCHEMA_REVISION, metadata
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks.replica_cluster import ClusterError, ReplicaCluster, find_bin_dir  # noqa: E402
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def empty_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'fresh.db'}"
+        return
+    url = fresh_pg_database()
+    try:
+        yield url
+    finally:
+        drop_pg_database(url)
+
+
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    url = fresh_pg_database()
+    try:
+        yield url
+    finally:
+        drop_pg_database(url)
+
+
+def _tool_turn(store: EventStore, sid: str, n: int) -> None:
+    call = Message.assistant(tool_calls=[ToolCallPart(id=f"c{n}", name="sh", arguments="{}")])
+    store.append(sid, [Message.user(f"run {n}"), call, Message.tool(f"c{n}", "out " * 50)])
+
+
+def _seed(store: EventStore) -> dict[str, str]:
+    """Sessions that exercise every session table: keys, a fork, prunes, a fork prune."""
+    a = store.create_session(key="ticket-1", user_id="u1")
+    for n in range(3):
+        _tool_turn(store, a.id, n)
+    store.append(a.id, [Prune(targets=[{"seq": 3, "index": 0}])])
+    fork = store.fork(a.id, 6)
+    store.append(fork.id, [Prune(targets=[{"seq": 6, "index": 0}])])
+    b = store.create_session(key="ticket-2")
+    store.append(b.id, [Message.user("b")], idempotency_key="once")
+    return {"a": a.id, "fork": fork.id, "b": b.id}
+
+
+def _all_verify(store: EventStore, ids: dict[str, str]) -> None:
+    for sid in ids.values():
+        report = store.verify(sid, fingerprints=False)
+        assert report.ok, report
+
+
+# --------------------------------------------------------------------------- key rules
+
+
+def _session_column(table: str) -> str:
+    return "id" if table == "sessions" else "session_id"
+
+
+def test_every_session_table_key_includes_the_session() -> None:
+    session_tables = [t for t, _ in SESSION_TABLES if t in metadata.tables]
+    assert {"sessions", "events", "parts", "fork_compactions", "feed_pending"} <= set(
+        session_tables
+    )
+    for name in session_tables:
+        table = metadata.tables[name]
+        col = _session_column(name)
+        assert col in table.primary_key.columns, name
+        for constraint in table.constraints:
+            cols = {c.name for c in getattr(constraint, "columns", [])}
+            if constraint.__class__.__name__ == "UniqueConstraint":
+                assert col in cols, (name, constraint.name)
+        for index in table.indexes:
+            if index.unique:
+                assert col in {c.name for c in index.columns}, (name, index.name)
+        # No foreign key crosses sessions: each one carries the session column along.
+        for fk in table.foreign_key_constraints:
+            local = [c.name for c in fk.columns]
+            assert col in local and fk.referred_table.name in session_tables, (name, fk.name)
+            target = _session_column(fk.referred_table.name)
+            assert fk.elements[local.index(col)].column.name == target, (name, fk.name)
+    # Lookups by event id stay one probe.
+    assert any([c.name for c in ix.columns] == ["id"] for ix in metadata.tables["events"].indexes)
+
+
+def test_0007_keeps_rows_chains_and_keys_down_and_up(empty_url: str) -> None:
+    with EventStore(empty_url, upgrade=True) as store:
+        ids = _seed(store)
+        views = {k: store.view(v).fingerprint() for k, v in ids.items()}
+    engine = create_engine(empty_url)
+    try:
+        downgrade(engine, "0006")
+        assert current_revision(engine) == "0006"
+        upgrade(engine)
+        assert current_revision(engine) == SCHEMA_REVISION
+        assert check(engine) == []
+        with engine.connect() as conn:
+            keys = conn.execute(text("SELECT count(*) FROM session_keys")).scalar_one()
+            assert keys == 2
+    finally:
+        engine.dispose()
+    with EventStore(empty_url) as store:
+        _all_verify(store, ids)
+        assert {k: store.view(v).fingerprint() for k, v in ids.items()} == views
+        assert store.get_session_by_key("ticket-1", user_id="u1").id == ids["a"]
+        with pytest.raises(SessionExistsError):
+            store.create_session(key="ticket-2")
+        store.delete_session(ids["b"])
+        assert store.create_session(key="ticket-2").id != ids["b"]
+        first = next(iter(store.read(ids["a"])))
+        assert store.get_event(ids["fork"], first.event.id).seq == 1
+        assert store.find_event(first.event.id).session_id == ids["a"]
+
+
+def test_an_event_id_is_unique_within_its_session(store: EventStore) -> None:
+    a, b = store.create_session(), store.create_session()
+    msg = Message.user("same id")
+    msg.id = str(uuid.uuid4())
+    store.append(a.id, [msg])
+    with pytest.raises(EventStoreError):
+        store.append(a.id, [msg])
+    # Another session may hold the id (the key is (session_id, id)); each finds its own.
+    store.append(b.id, [msg])
+    assert store.get_event(a.id, msg.id).session_id == a.id
+    assert store.get_event(b.id, msg.id).session_id == b.id
+
+
+# --------------------------------------------------------------------------- db distribute
+
+
+def test_distribute_on_sqlite_explains_and_fails(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'one.db'}"
+    EventStore(url).close()
+    result = CliRunner().invoke(cli, ["--db", url, "db", "distribute"])
+    assert result.exit_code == 1
+    assert "SQLite database is one file on one machine" in result.output
+    assert "Postgres" in result.output
+
+
+def test_distribute_without_citus_explains_and_fails(pg_url: str) -> None:
+    EventStore(pg_url, upgrade=True).close()
+    result = CliRunner().invoke(cli, ["--db", pg_url, "db", "distribute"])
+    assert result.exit_code == 1, result.output
+    assert "citus extension is not available" in result.output
+    assert "--partition N" in result.output
+    engine = create_engine(pg_url)
+    try:
+        with engine.connect() as conn:
+            assert partitions_of(conn, "events") == []  # nothing was changed
+    finally:
+        engine.dispose()
+
+
+def test_distribute_refuses_a_schema_behind(pg_url: str) -> None:
+    engine = create_engine(pg_url)
+    upgrade(engine, "0006")
+    engine.dispose()
+    result = CliRunner().invoke(cli, ["--db", pg_url, "db", "distribute", "--partition", "4"])
+    assert result.exit_code == 1
+    assert "eventstore db upgrade" in result.output
+
+
+def test_partitioned_by_session_keeps_every_guarantee(pg_url: str) -> None:
+    with EventStore(pg_url, upgrade=True) as store:
+        ids = _seed(store)
+        before = {k: store.view(v).fingerprint() for k, v in ids.items()}
+    result = CliRunner().invoke(
+        cli, ["--db", pg_url, "db", "distribute", "--partition", "4", "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    engine = create_engine(pg_url)
+    try:
+        with engine.connect() as conn:
+            assert partitions_of(conn, "events") == [f"events_p{i}" for i in range(4)]
+            assert partitions_of(conn, "parts") == [f"parts_p{i}" for i in range(4)]
+            strategy = conn.execute(
+                text(
+                    "SELECT partstrat, a.attname FROM pg_partitioned_table p "
+                    "JOIN pg_attribute a ON a.attrelid = p.partrelid AND a.attnum = p.partattrs[0] "
+                    "WHERE p.partrelid = 'events'::regclass"
+                )
+            ).one()
+            assert tuple(strategy) == ("h", "session_id")
+        assert check(engine) == []
+    finally:
+        engine.dispose()
+
+    with EventStore(pg_url) as store:
+        _all_verify(store, ids)
+        assert {k: store.view(v).fingerprint() for k, v in ids.items()} == before
+        # Both append paths, idempotency, prunes and new sessions on the partitioned tables.
+        _tool_turn(store, ids["a"], 9)
+        _tool_turn(store, ids["a"], 10)  # the fast path (the head is remembered)
+        again = store.append_result(ids["b"], [Message.user("b")], idempotency_key="once")
+        assert again.replayed
+        head = store.head(ids["a"])
+        store.append(ids["a"], [Prune(targets=[{"seq": head, "index": 0}])])
+        fresh = [store.create_session() for _ in range(12)]
+        for s in fresh:
+            store.append(s.id, [Message.user("spread")])
+        view = store.view(ids["a"])
+        assert view.seq == store.head(ids["a"])
+        _all_verify(store, ids | {f"n{i}": s.id for i, s in enumerate(fresh)})
+        with store.engine.connect() as conn:
+            counts = conn.execute(
+                text("SELECT tableoid::regclass::text, count(*) FROM events GROUP BY 1")
+            ).all()
+        assert len(counts) >= 2  # sessions spread over partitions
+
+        # The guards hold on the parent and on each partition.
+        for sql in (
+            "DELETE FROM events",
+            "DELETE FROM events_p0",
+            "TRUNCATE parts_p1",
+            "TRUNCATE events_p1, parts",
+            "TRUNCATE parts",
+            "UPDATE parts_p2 SET token_count = 0",
+        ):
+            with pytest.raises(Exception, match="append-only"):
+                with store.engine.begin() as conn:
+                    conn.execute(text(sql))
+        # The key rules are the server's too: a unique key without session_id is refused.
+        with pytest.raises(Exception, match="partition"):
+            with store.engine.begin() as conn:
+                conn.execute(text("ALTER TABLE events ADD CONSTRAINT bad UNIQUE (id)"))
+
+    again_result = CliRunner().invoke(cli, ["--db", pg_url, "db", "distribute", "--partition", "4"])
+    assert again_result.exit_code == 1
+    assert "already partitioned" in again_result.output
+
+
+# --------------------------------------------------------------------------- read replicas
+
+
+def test_wal_positions_compare_as_numbers() -> None:
+    assert parse_lsn("16/B374D848") == (0x16 << 32) | 0xB374D848
+    assert parse_lsn("0/10") < parse_lsn("0/9A") < parse_lsn("1/0")
+
+
+def test_read_url_needs_postgres(tmp_path: Path) -> None:
+    with pytest.raises(ConfigurationError, match="read_url"):
+        EventStore(f"sqlite:///{tmp_path / 'x.db'}", read_url=f"sqlite:///{tmp_path / 'y.db'}")
+
+
+@pytest.fixture(scope="module")
+def replica_cluster() -> Iterator[ReplicaCluster]:
+    bin_dir = find_bin_dir()
+    if bin_dir is None:
+        pytest.skip("no Postgres server binaries under /usr/lib/postgresql/*/bin")
+    cluster = ReplicaCluster(bin_dir)
+    try:
+        cluster.start()
+    except (ClusterError, OSError) as exc:
+        cluster.stop()
+        if REQUIRE_PG:
+            pytest.fail(f"the streaming replica did not start (EVENTSTORE_REQUIRE_PG=1): {exc}")
+        pytest.skip(f"the streaming replica did not start: {exc}")
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def _replay(cluster: ReplicaCluster, action: str) -> None:
+    engine = create_engine(cluster.replica_url, isolation_level="AUTOCOMMIT")
+    try:
+        with engine.connect() as conn:
+            conn.execute(text(f"SELECT pg_wal_replay_{action}()"))
+    finally:
+        engine.dispose()
+
+
+def test_reads_go_to_the_replica_and_see_this_stores_writes(
+    replica_cluster: ReplicaCluster,
+) -> None:
+    primary, replica = replica_cluster.primary_url, replica_cluster.replica_url
+    tenant = f"t-{uuid.uuid4().hex}"
+    writer = EventStore(primary, read_url=replica, tenant=tenant, upgrade=True)
+    bystander = EventStore(primary, read_url=replica, tenant=tenant)
+    try:
+        s = writer.create_session()
+        writer.append(s.id, [Message.user("one")])
+        # Read-your-writes: the read waits for the replica to replay the append.
+        assert [e.seq for e in writer.read(s.id)] == [1]
+        assert writer.view(s.id).seq == 1
+        routed = writer.read_routing
+        assert routed["replica"] >= 2 and routed["primary"] == 0, routed
+
+        _replay(replica_cluster, "pause")
+        try:
+            writer.append(s.id, [Message.user("two")])
+            time.sleep(0.05)
+            # The replica is stuck before "two": a store that did not write reads there
+            # and does not see it (so reads really are served by the replica) ...
+            assert bystander.get_session(s.id).head_seq == 1
+            assert bystander.read_routing["replica"] >= 1
+            # ... while the writer waits its 200 ms, then reads the primary and sees it.
+            before = writer.read_routing["primary"]
+            started = time.perf_counter()
+            assert writer.view(s.id).seq == 2
+            assert time.perf_counter() - started >= 0.19
+            assert writer.read_routing["primary"] == before + 1
+        finally:
+            _replay(replica_cluster, "resume")
+        on_replica = writer.read_routing["replica"]
+        assert [e.seq for e in writer.read(s.id)] == [1, 2]
+        assert writer.read_routing["replica"] > on_replica
+        assert writer.verify(s.id, fingerprints=False).ok  # audits read the primary
+    finally:
+        writer.close()
+        bystander.close()
+
+
+def test_async_store_routes_reads_to_the_replica(replica_cluster: ReplicaCluster) -> None:
+    async def scenario() -> tuple[Any, dict[str, int]]:
+        store = AsyncEventStore(
+            replica_cluster.primary_url,
+            read_url=replica_cluster.replica_url,
+            tenant=f"t-{uuid.uuid4().hex}",
+            upgrade=True,
+        )
+        try:
+            s = await store.create_session()
+            await store.append(s.id, [Message.user("async")])
+            view = await store.view(s.id)
+            return view.seq, store.read_routing
+        finally:
+            await store.close()
+
+    seq, routed = asyncio.run(scenario())
+    assert seq == 1
+    assert routed["replica"] >= 1 and routed["primary"] == 0
+
+
+def test_unreachable_replica_reads_the_primary(pg_url: str) -> None:
+    with EventStore(pg_url, upgrade=True) as plain:
+        s = plain.create_session()
+    # A port nobody listens on: every read falls back to the primary.
+    dead = "postgresql+psycopg://postgres@127.0.0.1:9/none"
+    with EventStore(pg_url, read_url=dead, read_wait_ms=0) as store:
+        store.append(s.id, [Message.user("x")])
+        assert store.view(s.id).seq == 1
+        assert store.read_routing == {"replica": 0, "primary": 1}
+    assert os.environ.get("EVENTSTORE_URL") != dead
