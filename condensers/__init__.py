@@ -9,6 +9,7 @@ deleted, and every condensation records how and why it was made.
 
 from __future__ import annotations
 
+from . import registry
 from .base import (
     Condenser,
     PlanContext,
@@ -46,6 +47,7 @@ from .summarizing import (
 from .window import WindowCondenser
 
 __all__ = [
+    "registry",
     "CIRCUIT_OPEN",
     "HEADINGS",
     "REQUEST_DECLINED",

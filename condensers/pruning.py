@@ -117,6 +117,8 @@ class ToolOutputPruner:
             window.
         minimum_fraction: Budget fraction ``minimum_tokens`` is clamped to in a small
             window.
+        min_output_tokens: Only outputs of at least this many tokens are pruned (a
+            per-output threshold, as dynamiq compacts); smaller ones stay as they are.
     """
 
     name = "prune_tool_outputs"
@@ -132,11 +134,13 @@ class ToolOutputPruner:
         max_part_tokens: int = 50_000,
         protect_fraction: float = 0.3,
         minimum_fraction: float = 0.05,
+        min_output_tokens: int = 0,
     ) -> None:
-        if protect_steps < 0 or max_part_tokens <= 0:
+        if protect_steps < 0 or max_part_tokens <= 0 or min_output_tokens < 0:
             raise ConfigurationError(
-                "protect_steps must not be negative and max_part_tokens must be positive, "
-                f"got {protect_steps} and {max_part_tokens}"
+                "protect_steps and min_output_tokens must not be negative and "
+                f"max_part_tokens must be positive, got {protect_steps}, {min_output_tokens} "
+                f"and {max_part_tokens}"
             )
         self.protect_tokens = protect_tokens
         self.minimum_tokens = minimum_tokens
@@ -146,9 +150,12 @@ class ToolOutputPruner:
         self.max_part_tokens = max_part_tokens
         self.protect_fraction = protect_fraction
         self.minimum_fraction = minimum_fraction
+        self.min_output_tokens = min_output_tokens
 
     def settings(self) -> dict[str, Any]:
+        extra = {"min_output_tokens": self.min_output_tokens} if self.min_output_tokens else {}
         return {
+            **extra,
             "protect_tokens": self.protect_tokens,
             "minimum_tokens": self.minimum_tokens,
             "protect_steps": self.protect_steps,
@@ -189,7 +196,11 @@ class ToolOutputPruner:
                 if self.is_protected(part.name):
                     continue
                 estimate = min(item.part_tokens[idx], self.max_part_tokens)
-                if part.tool_call_id in kept_calls or seen < protect:
+                if (
+                    part.tool_call_id in kept_calls
+                    or seen < protect
+                    or item.part_tokens[idx] < self.min_output_tokens
+                ):
                     seen += estimate
                     continue
                 ref = PartRef(seq=item.seq, index=idx)

@@ -19,6 +19,7 @@ from .base import (
     Proposal,
     choose_cut,
     condensation_for,
+    cut_points,
     fit_summary,
     previous_condensation,
     summary_room,
@@ -28,20 +29,28 @@ if TYPE_CHECKING:
     from eventstore.budget import Budget
     from eventstore.views import View
 
-__all__ = ["WindowCondenser", "trim_note"]
+__all__ = ["WindowCondenser", "trim_note", "DEFAULT_NOTE", "TRUNCATION_NOTE"]
 
-_NOTE_RE = re.compile(r"\n*\[Context trimmed: \d+ earlier events are omitted from this view\.\]$")
+DEFAULT_NOTE = "[Context trimmed: {n} earlier events are omitted from this view.]"
+"""The line a window condensation adds to the summary (``{n}``: events forgotten)."""
+TRUNCATION_NOTE = "[{n} earlier messages truncated to fit context window]"
+"""Streetrace's wording, used by the ``truncate`` strategy."""
 
 
-def trim_note(total: int) -> str:
+def _note_re(note: str) -> re.Pattern[str]:
+    head, _, tail = note.partition("{n}")
+    return re.compile(r"\n*" + re.escape(head) + r"\d+" + re.escape(tail) + "$")
+
+
+def trim_note(total: int, note: str = DEFAULT_NOTE) -> str:
     """The line a window condensation adds to the summary."""
-    return f"[Context trimmed: {total} earlier events are omitted from this view.]"
+    return note.replace("{n}", str(total))
 
 
-def _carry(summary: str | None, total: int) -> str:
-    base = _NOTE_RE.sub("", summary or "").rstrip()
-    note = trim_note(total)
-    return f"{base}\n\n{note}" if base else note
+def _carry(summary: str | None, total: int, note: str = DEFAULT_NOTE) -> str:
+    base = _note_re(note).sub("", summary or "").rstrip()
+    line = trim_note(total, note)
+    return f"{base}\n\n{line}" if base else line
 
 
 class WindowCondenser:
@@ -52,25 +61,50 @@ class WindowCondenser:
             (used when the plan context gives no explicit target).
         min_forget_events: Fewest messages a condensation must forget to be written.
         min_keep: Newest messages always kept (when a valid cut allows it).
+        max_interactions: Keep at most this many of the newest interactions (an
+            interaction starts at a user or assistant message; tool results belong to the
+            call before them), whatever the tokens (DSPy's window). ``None``: tokens only.
+        note: The line added to the carried summary; ``{n}`` is the number of events
+            forgotten so far.
+
+    Each condensation records ``window_stats`` in its settings: the interactions it
+    removed from the view (``removed_interactions``) and those it kept.
     """
 
     name = "window"
 
     def __init__(
-        self, *, target_fraction: float = 0.5, min_forget_events: int = 1, min_keep: int = 1
+        self,
+        *,
+        target_fraction: float = 0.5,
+        min_forget_events: int = 1,
+        min_keep: int = 1,
+        max_interactions: int | None = None,
+        note: str = DEFAULT_NOTE,
     ) -> None:
         if not 0 < target_fraction <= 1:
             raise ConfigurationError(f"target_fraction must be in (0, 1], got {target_fraction}")
+        if max_interactions is not None and max_interactions < 1:
+            raise ConfigurationError(f"max_interactions must be 1 or more, got {max_interactions}")
+        if "{n}" not in note:
+            raise ConfigurationError(f"note must contain {{n}} (the count), got {note!r}")
         self.target_fraction = target_fraction
         self.min_forget_events = max(min_forget_events, 1)
         self.min_keep = min_keep
+        self.max_interactions = max_interactions
+        self.note = note
 
     def settings(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "target_fraction": self.target_fraction,
             "min_forget_events": self.min_forget_events,
             "min_keep": self.min_keep,
         }
+        if self.max_interactions is not None:
+            out["max_interactions"] = self.max_interactions
+        if self.note != DEFAULT_NOTE:
+            out["note"] = self.note
+        return out
 
     def plan(self, view: View, budget: Budget, ctx: PlanContext) -> Proposal | None:
         started = time.perf_counter()
@@ -80,8 +114,15 @@ class WindowCondenser:
         # The carried summary is about as large as the current one.
         keep = target - pinned - view.summary_tokens - 16
         forget = choose_cut(view, keep, min_keep=self.min_keep)
+        tail = [i for i in view.items if not i.pinned]
+        starts = [k for k in cut_points(tail) if k < len(tail)]  # where interactions start
+        if self.max_interactions is not None and len(starts) > self.max_interactions:
+            forget = max(forget, starts[len(starts) - self.max_interactions])
         if forget < self.min_forget_events:
             return None
+        removed = sum(1 for k in starts if k < forget)
+        stats = {"removed_interactions": removed, "kept_interactions": len(starts) - removed}
+        settings = {**self.settings(), "window_stats": stats}
         previously = prev.forgotten_events if prev is not None else 0
         # Count the events the new range holds (messages and bookkeeping alike).
         evt, after = condensation_for(
@@ -89,11 +130,15 @@ class WindowCondenser:
             forget,
             summary=None,
             condenser=self.name,
-            settings=self.settings(),
+            settings=settings,
             ctx=ctx,
         )
         summary = fit_summary(
-            _carry(prev.summary if prev else None, max(evt.forgotten_events, previously)),
+            _carry(
+                prev.summary if prev else None,
+                max(evt.forgotten_events, previously),
+                self.note,
+            ),
             summary_room(view, forget, budget, ctx),
             ctx.token_counter,
         )
@@ -102,7 +147,7 @@ class WindowCondenser:
             forget,
             summary=summary,
             condenser=self.name,
-            settings=self.settings(),
+            settings=settings,
             ctx=ctx,
             cost=0.0,
         )

@@ -286,6 +286,25 @@ def test_window_strategy_and_llm_strategy_needs_a_model(env: Any) -> None:
     assert bad.exit_code != 0 and "--summary-model" in bad.stderr
 
 
+def test_condense_chains_registry_strategies(env: Any) -> None:
+    out = _json(
+        env.run(
+            "condense",
+            env.sid,
+            "--max-input-tokens",
+            "4000",
+            "--strategy",
+            "prune",
+            "--strategy",
+            "truncate",
+            "--json",
+        )  # fmt: skip
+    )
+    assert out["steps"][-1]["condenser"] == "window"
+    unknown = env.run("condense", env.sid, "--strategy", "squash", ok=False)
+    assert unknown.exit_code == 1 and "known: " in unknown.stderr
+
+
 def test_prune_compacts_and_keeps_the_content(env: Any) -> None:
     out = _json(env.run("prune", env.sid, "--max-input-tokens", "3000", "--json"))
     assert out["steps"] and out["steps"][0]["kind"] == "prune"

@@ -24,11 +24,14 @@ from .root import (
 @click.argument("session")
 @click.option(
     "--strategy",
-    type=click.Choice(["extractive", "llm", "window"]),
-    default="extractive",
+    "strategies",
+    multiple=True,
+    default=("extractive",),
     show_default=True,
-    help="extractive: free, offline structured summary; llm: a model writes it "
-    "(extractive fallback); window: drop the middle, carry the summary.",
+    help="A strategy by name, repeatable to chain them in order: extractive (free, offline "
+    "structured summary), llm (a model writes it, extractive fallback: needs "
+    "--summary-model or --model), window (drop the middle, carry the summary), or any "
+    "name of condensers.registry (prune, mask, summarize, truncate, ...).",
 )
 @click.option("--focus", help="What the summary should concentrate on.")
 @click.option("--model", help="The agent's model: its window is the budget.")
@@ -40,7 +43,7 @@ from .root import (
 def condense_cmd(
     state: State,
     session: str,
-    strategy: str,
+    strategies: tuple[str, ...],
     focus: str | None,
     model: str | None,
     max_input_tokens: int | None,
@@ -48,28 +51,26 @@ def condense_cmd(
     as_json: bool,
 ) -> None:
     """Condense SESSION now (like /compact): a request event, then the condensation."""
-    from condensers import (
-        CondensationPolicy,
-        ExtractiveCondenser,
-        Pipeline,
-        WindowCondenser,
-        default_pipeline,
-    )
-    from eventstore import CondensationRequest
+    from condensers import CondensationPolicy, default_pipeline, registry
+    from eventstore import CondensationRequest, ConfigurationError
 
     store = state.store()
     s = resolve_session(store, session)
     budget, source = resolve_budget(store, s, model, max_input_tokens, required=True)
     assert budget is not None
-    if strategy == "llm":
-        name = summary_model or model
+    name = summary_model or model
+    if strategies == ("llm",):
         if not name:
             fail("--strategy llm needs --summary-model M or --model M")
         pipeline = default_pipeline(name)
-    elif strategy == "window":
-        pipeline = Pipeline([WindowCondenser()])
     else:
-        pipeline = Pipeline([ExtractiveCondenser()])
+        steps = ["summarize" if s == "extractive" else s for s in strategies]
+        if "llm" in steps and not name:
+            fail("--strategy llm needs --summary-model M or --model M")
+        try:
+            pipeline = registry.pipeline(steps, model=name if "llm" in steps else None)
+        except ConfigurationError as exc:
+            fail(str(exc))
     store.append(s.id, [CondensationRequest(focus=focus, requested_by="eventstore-cli")])
     policy = CondensationPolicy(budget, pipeline, token_counter=store.token_counter)
     out = policy.maybe_condense(store, s.id)
