@@ -162,6 +162,13 @@ def test_readme_keys_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
         assert gone.key == "support-ticket-4711" and gone.deleted_at is not None
 
 
+def test_readme_strategy_names_example_runs() -> None:
+    namespace: dict[str, object] = {"__name__": "readme_strategies_example"}
+    exec(compile(_example("## How condensation decides"), "README.md", "exec"), namespace)
+    policy = namespace["policy"]
+    assert policy.pipeline.steps[0].min_output_tokens == 500  # type: ignore[attr-defined]
+
+
 def test_readme_purge_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     namespace: dict[str, object] = {"__name__": "readme_purge_example"}
