@@ -329,7 +329,8 @@ def default_pipeline(
     3. a summary: :class:`LLMSummaryCondenser` with ``model`` (falling back to the
        extractive summary on any failure), or :class:`ExtractiveCondenser` offline,
     4. :class:`WindowCondenser` as the last guard when the summary alone cannot reach
-       the target (it carries the summary forward).
+       the target (it carries the summary forward, with the facts of what it forgets
+       folded in).
 
     Args:
         model: Summary model; ``None`` keeps everything offline and free.
@@ -346,7 +347,7 @@ def default_pipeline(
             ToolOutputPruner(),
             ObservationMasker(),
             summary,
-            WindowCondenser(target_fraction=target_fraction),
+            WindowCondenser(target_fraction=target_fraction, fold=True),
         ],
         target_fraction=target_fraction,
     )

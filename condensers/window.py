@@ -21,9 +21,11 @@ from .base import (
     condensation_for,
     cut_points,
     fit_summary,
+    newly_forgotten,
     previous_condensation,
     summary_room,
 )
+from .summarizing.extractive import ExtractiveSummarizer
 
 if TYPE_CHECKING:
     from eventstore.budget import Budget
@@ -66,6 +68,9 @@ class WindowCondenser:
             call before them), whatever the tokens (DSPy's window). ``None``: tokens only.
         note: The line added to the carried summary; ``{n}`` is the number of events
             forgotten so far.
+        fold: Fold the facts of what the cut forgets (requests, files, errors, commands)
+            into the carried summary with the free extractive summarizer, sized to the
+            room left, instead of only counting them (the default pipeline folds).
 
     Each condensation records ``window_stats`` in its settings: the interactions it
     removed from the view (``removed_interactions``) and those it kept.
@@ -81,6 +86,7 @@ class WindowCondenser:
         min_keep: int = 1,
         max_interactions: int | None = None,
         note: str = DEFAULT_NOTE,
+        fold: bool = False,
     ) -> None:
         if not 0 < target_fraction <= 1:
             raise ConfigurationError(f"target_fraction must be in (0, 1], got {target_fraction}")
@@ -93,6 +99,7 @@ class WindowCondenser:
         self.min_keep = min_keep
         self.max_interactions = max_interactions
         self.note = note
+        self.fold = fold
 
     def settings(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -104,6 +111,8 @@ class WindowCondenser:
             out["max_interactions"] = self.max_interactions
         if self.note != DEFAULT_NOTE:
             out["note"] = self.note
+        if self.fold:
+            out["fold"] = True
         return out
 
     def plan(self, view: View, budget: Budget, ctx: PlanContext) -> Proposal | None:
@@ -133,15 +142,19 @@ class WindowCondenser:
             settings=settings,
             ctx=ctx,
         )
-        summary = fit_summary(
-            _carry(
-                prev.summary if prev else None,
-                max(evt.forgotten_events, previously),
-                self.note,
-            ),
-            summary_room(view, forget, budget, ctx),
-            ctx.token_counter,
-        )
+        room = summary_room(view, forget, budget, ctx)
+        carried = prev.summary if prev else None
+        total = max(evt.forgotten_events, previously)
+        if self.fold and forget > 0:
+            line = ctx.token_counter.count(trim_note(total, self.note)) + 2
+            folded = ExtractiveSummarizer().summarize(
+                _note_re(self.note).sub("", carried or "").rstrip() or None,
+                newly_forgotten(view, forget),
+                limit_tokens=max(room - line, 64),
+                token_counter=ctx.token_counter,
+            )
+            carried = folded.text
+        summary = fit_summary(_carry(carried, total, self.note), room, ctx.token_counter)
         evt, after = condensation_for(
             view,
             forget,

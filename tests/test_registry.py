@@ -107,3 +107,30 @@ def test_pruner_leaves_outputs_under_its_threshold(store: EventStore) -> None:
     assert small & set(pruned_calls(store, sid, everything))
     assert not small & set(pruned_calls(store, sid, only_big))
     assert only_big.settings["min_output_tokens"] == 1_000
+
+
+def test_window_folds_what_it_forgets_into_the_summary(store: EventStore) -> None:
+    sid = store.create_session().id
+    store.append(sid, [Message.system("sys"), Message.user("Fix the parser.")])
+    store.append(
+        sid,
+        [
+            Message.assistant("cat src/parser/lexer.py"),
+            Message.user("ValueError: unexpected token at line 3"),
+        ],
+    )
+    for i in range(30):
+        store.append(sid, [Message.assistant(f"step {i} " + "x " * 80), Message.user("ok")])
+    budget = Budget(max_input_tokens=2_000, reserved_output=200, buffer=50)
+    plain = CondensationPolicy(budget, registry.pipeline(["window"]))
+    folding = CondensationPolicy(
+        budget, registry.pipeline(["window"], options={"window": {"fold": True}})
+    )
+    fork = store.fork(sid, store.head(sid)).id
+    assert plain.condense(store, sid).condensed and folding.condense(store, fork).condensed
+    counted = store.view(sid).summary or ""
+    folded = store.view(fork).summary or ""
+    assert "src/parser/lexer.py" not in counted and "ValueError" not in counted
+    assert "src/parser/lexer.py" in folded and "ValueError: unexpected token" in folded
+    assert folded.endswith("earlier events are omitted from this view.]")
+    assert store.view(fork).tokens <= budget.available
