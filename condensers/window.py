@@ -143,7 +143,7 @@ class WindowCondenser:
             ctx=ctx,
         )
         room = summary_room(view, forget, budget, ctx)
-        carried = prev.summary if prev else None
+        carried = (prev.carried or prev.summary) if prev else None
         total = max(evt.forgotten_events, previously)
         if self.fold and forget > 0:
             line = ctx.token_counter.count(trim_note(total, self.note)) + 2
@@ -154,7 +154,9 @@ class WindowCondenser:
                 token_counter=ctx.token_counter,
             )
             carried = folded.text
-        summary = fit_summary(_carry(carried, total, self.note), room, ctx.token_counter)
+        whole = _carry(carried, total, self.note)
+        summary = fit_summary(whole, room, ctx.token_counter)
+        extra = {"carried": whole} if summary != whole else {}
         evt, after = condensation_for(
             view,
             forget,
@@ -163,6 +165,7 @@ class WindowCondenser:
             settings=settings,
             ctx=ctx,
             cost=0.0,
+            **extra,
         )
         if after >= view.tokens:
             return None

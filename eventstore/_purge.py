@@ -160,7 +160,11 @@ def redact(evt: Event) -> Event:
         out = Queued(message=_message(evt.message))
     elif isinstance(evt, Condensation):
         out = evt.model_copy(
-            update={"summary": PURGED if evt.summary is not None else None, "focus": None}
+            update={
+                "summary": PURGED if evt.summary is not None else None,
+                "carried": PURGED if evt.carried is not None else None,
+                "focus": None,
+            }
         )
     elif isinstance(evt, CondensationRequest):
         out = CondensationRequest()

@@ -344,6 +344,9 @@ class Condensation(_Event):
     """Text shown in place of the forgotten events (``None``: nothing is shown)."""
     summary_tokens: int = 0
     """Token count of the summary."""
+    carried: str | None = None
+    """The whole summary the next condensation builds on, when the view shows a shortened
+    :attr:`summary` (the window had no room for all of it): facts survive the squeeze."""
     pinned: list[int] = Field(default_factory=list)
     """Seqs of head events kept verbatim before the summary."""
     forgotten_events: int = 0

@@ -7,7 +7,7 @@ could fit over the budget.
 
 from __future__ import annotations
 
-from condensers import CondensationPolicy
+from condensers import CondensationPolicy, registry
 from condensers.base import SHORTENED, fit_summary
 from eventstore import EventStore, Message
 from eventstore.budget import Budget
@@ -76,9 +76,10 @@ def test_a_run_that_frees_too_little_writes_nothing(store: EventStore) -> None:
     store.append(sid, [Message.assistant("next " * 40)])
     view = store.view(sid)
     assert budget.fraction(0.8) < view.tokens <= budget.available
-    out = CondensationPolicy(budget, token_counter=store.token_counter).maybe_condense(store, sid)
+    window = registry.pipeline(["window"])  # forgets the small middle, adds a short note
+    out = CondensationPolicy(budget, window).maybe_condense(store, sid)
     assert not out.condensed and out.skipped == "too_little"
-    forced = CondensationPolicy(budget, min_gain=0.0, token_counter=store.token_counter)
+    forced = CondensationPolicy(budget, window, min_gain=0.0)
     assert forced.maybe_condense(store, sid).condensed
 
 
@@ -193,3 +194,43 @@ def test_recorded_usage_holds_back_what_the_estimate_overrates(store: EventStore
     assert out.trigger is None and out.skipped == "under_threshold"
     blind = CondensationPolicy(budget, use_usage=False, token_counter=store.token_counter)
     assert blind.maybe_condense(store, sid).trigger == "threshold"
+
+
+def test_a_squeezed_summary_carries_its_facts_to_the_next_one(store: EventStore) -> None:
+    """Too little room shows a shortened summary; the condensation carries the whole one,
+    and the next condensation (with room again) shows the facts the squeeze hid."""
+    from eventstore import Condensation
+
+    sid = store.create_session().id
+    store.append(sid, [Message.system("rules " * 2000), Message.user("Fix the parser.")])
+    for i in range(30):
+        store.append(
+            sid,
+            [
+                Message.assistant(f"cat src/pkg/module_{i:02d}.py"),
+                Message.user(f"IndexError: list index out of range in step {i}\n" + "l\n" * 60),
+            ],
+        )
+    tight = CondensationPolicy(_budget(), token_counter=store.token_counter)
+    assert tight.condense(store, sid).condensed
+    view = store.view(sid)
+    assert view.tokens <= _budget().available
+    cond = view.condensation
+    assert cond is not None and isinstance(cond.event, Condensation)
+    shown, whole = view.summary or "", cond.event.carried or ""
+    paths = [f"src/pkg/module_{i:02d}.py" for i in range(29)]
+    assert all(p in whole for p in paths)
+    hidden = [p for p in paths if p not in shown]
+    assert hidden  # the squeeze hid some
+    for i in range(6):
+        store.append(sid, [Message.assistant(f"next {i}"), Message.user("output\n" * 150)])
+    roomy = CondensationPolicy(
+        Budget(max_input_tokens=16_000, reserved_output=400), token_counter=store.token_counter
+    )
+    assert roomy.condense(store, sid).condensed
+    view = store.view(sid)
+    later = view.summary or ""
+    assert view.condensation is not None and isinstance(view.condensation.event, Condensation)
+    later_whole = view.condensation.event.carried or later
+    assert all(p in later_whole for p in hidden)  # nothing lost for good
+    assert sum(p in later for p in hidden) >= len(hidden) // 2  # and shown again with room

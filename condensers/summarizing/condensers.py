@@ -101,7 +101,7 @@ class SummarizingCondenser:
         room = budget.available - pinned - kept - view.extra_tokens - framing
         reserve = max(min(reserve, room), 64)
         events = newly_forgotten(view, forget)
-        previous = prev.summary if prev is not None else None
+        previous = (prev.carried or prev.summary) if prev is not None else None
         notes: list[str] = []
         used: Summarizer = self.summarizer
         settings = self.settings()
@@ -123,8 +123,17 @@ class SummarizingCondenser:
                 result.model = None
         notes.extend(result.notes)
         text = fit_summary(result.text, summary_room(view, forget, budget, ctx), ctx.token_counter)
+        whole = result.text
+        if isinstance(used, ExtractiveSummarizer):
+            # Sized down to the room, the lists lose entries: the next summary builds on
+            # the whole one (bounded by the summarizer's own caps), so no fact is lost
+            # for good to one tight moment.
+            whole = used.summarize(previous, events, focus=ctx.focus).text
+        extra: dict[str, Any] = {}
         if text != result.text:
             notes.append("summary shortened to fit the budget")
+        if text != whole:
+            extra["carried"] = whole
         evt, after = condensation_for(
             view,
             forget,
@@ -136,6 +145,7 @@ class SummarizingCondenser:
             template_version=result.template_version,
             usage=result.usage,
             cost=_cost(result),
+            **extra,
         )
         if after >= view.tokens:
             # Summary rejected: it would not shrink the view.
