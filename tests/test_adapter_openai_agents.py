@@ -415,3 +415,94 @@ def test_the_readme_condensation_example_runs(
         sid = store.get_session_by_key("user-42-condensed").id
         assert len(list(store.read(sid, kinds=["message"]))) == 2
         assert store.verify(sid).ok
+
+
+# -- a two-turn run with the process restarted between the turns
+
+_TURN_IN_A_NEW_PROCESS = '''
+import asyncio, json, os, sys
+
+from agents import Agent, Runner, function_tool
+from agents.testing import ScriptedModel, assistant_message, function_call
+
+from eventstore.adapters.openai_agents import EventStoreSession
+
+db_url, session_id, turn = sys.argv[1], sys.argv[2], int(sys.argv[3])
+
+
+@function_tool
+def remember(name: str) -> str:
+    """Remember a name."""
+    return f"remembered {name}"
+
+
+SCRIPTS = {
+    1: [[function_call("remember", {"name": "Ada"}, call_id="call-ada")],
+        [assistant_message("Hello Ada.")]],
+    2: [[assistant_message("Your name is Ada.")]],
+}
+QUESTIONS = {1: "first question: I am Ada.", 2: "second question: who am I?"}
+
+
+async def main() -> None:
+    model = ScriptedModel(SCRIPTS[turn])
+    agent = Agent(name="helper", model=model, tools=[remember])
+    session = EventStoreSession(session_id, db_url)
+    try:
+        result = await Runner.run(agent, QUESTIONS[turn], session=session)
+        items = await session.get_items()
+    finally:
+        await session.close()
+    print(json.dumps({
+        "pid": os.getpid(),
+        "output": result.final_output,
+        "inputs": [list(call.input) for call in model.calls],
+        "items": items,
+    }, default=repr))
+
+
+asyncio.run(main())
+'''
+
+
+def _turn_in_a_new_process(db_url: str, session_id: str, turn: int) -> dict[str, Any]:
+    """Run one turn in a fresh Python process; what it saw and stored, as JSON."""
+    import json
+    import subprocess
+    import sys
+
+    env = {**os.environ, "OPENAI_AGENTS_DISABLE_TRACING": "1"}
+    done = subprocess.run(
+        [sys.executable, "-c", _TURN_IN_A_NEW_PROCESS, db_url, session_id, str(turn)],
+        capture_output=True, text=True, timeout=300, env=env,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_a_two_turn_run_resumes_after_a_restart(db_url: str) -> None:
+    session_id = f"restart-{uuid.uuid4().hex}"
+    first = _turn_in_a_new_process(db_url, session_id, 1)
+    second = _turn_in_a_new_process(db_url, session_id, 2)
+
+    assert len({first["pid"], second["pid"], os.getpid()}) == 3
+    assert first["output"] == "Hello Ada." and second["output"] == "Your name is Ada."
+    # Turn 1 started from nothing: the model saw only its question.
+    assert first["inputs"][0] == [_user("first question: I am Ada.")]
+    turn_one = first["items"]
+    kinds = [i.get("type", "message") for i in turn_one]
+    assert kinds == ["message", "function_call", "function_call_output", "message"]
+    assert turn_one[-1]["content"][0]["text"] == "Hello Ada."
+    # Turn 2, in a new process, sent the model turn 1's items (the tool call with its
+    # output) read back from the store, then its own question.
+    (sent,) = second["inputs"]
+    assert sent == turn_one + [_user("second question: who am I?")]
+    items = second["items"]
+    assert items[: len(turn_one)] == turn_one
+    assert items[len(turn_one)] == _user("second question: who am I?")
+    assert items[-1]["content"][0]["text"] == "Your name is Ada." and len(items) == 6
+    with EventStore(db_url) as store:
+        sid = store.get_session_by_key(session_id).id
+        assert store.verify(sid).ok
+        roles = [e.event.role for e in store.read(sid, kinds=["message"])]
+        assert roles == ["user", "assistant", "tool", "assistant", "user", "assistant"]

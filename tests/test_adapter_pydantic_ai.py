@@ -249,3 +249,124 @@ def test_the_readme_example_runs(tmp_path: Any, monkeypatch: pytest.MonkeyPatch)
     monkeypatch.chdir(tmp_path)
     exec(compile(block.group(1), "README.md", "exec"), {"__name__": "readme_pydantic_ai"})
     assert (tmp_path / "chats.db").exists()
+
+
+# -- a two-turn agent run with the process restarted between the turns
+
+_TURN_IN_A_NEW_PROCESS = '''
+import asyncio, json, os, sys
+
+from pydantic_ai import Agent
+from pydantic_ai.conversation import Conversation
+from pydantic_ai.messages import (
+    ModelMessagesTypeAdapter, ModelResponse, TextPart, ToolCallPart, ToolReturnPart,
+)
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+from eventstore.adapters.pydantic_ai import EventStoreConversationStore
+
+db_url, conversation_id, turn = sys.argv[1], sys.argv[2], int(sys.argv[3])
+QUESTIONS = {1: "first question: I am Ada.", 2: "second question: who am I?"}
+seen = []
+
+
+def respond(messages, info: AgentInfo) -> ModelResponse:
+    seen.append(ModelMessagesTypeAdapter.dump_python(messages, mode="json"))
+    if any(isinstance(p, ToolReturnPart) for p in messages[-1].parts):
+        return ModelResponse(parts=[TextPart(content="Hello Ada.")])
+    if turn == 1:
+        call = ToolCallPart(tool_name="remember", args={"name": "Ada"}, tool_call_id="call-ada")
+        return ModelResponse(parts=[call])
+    return ModelResponse(parts=[TextPart(content="Your name is Ada.")])
+
+
+agent = Agent(FunctionModel(respond))
+
+
+@agent.tool_plain
+def remember(name: str) -> str:
+    """Remember a name."""
+    return f"remembered {name}"
+
+
+async def main() -> None:
+    store = EventStoreConversationStore(db_url)
+    try:
+        conversation = await store.load(conversation_id)
+        loaded = None if conversation is None else len(conversation.messages)
+        conversation = conversation or Conversation(conversation_id=conversation_id)
+        result = await agent.run(QUESTIONS[turn], conversation=conversation)
+        await store.save(result)
+        stored = await store.load(conversation_id)
+    finally:
+        await store.close()
+    print(json.dumps({
+        "pid": os.getpid(),
+        "loaded": loaded,
+        "output": result.output,
+        "seen": seen,
+        "stored": ModelMessagesTypeAdapter.dump_python(stored.messages, mode="json"),
+    }))
+
+
+asyncio.run(main())
+'''
+
+
+def _turn_in_a_new_process(db_url: str, conversation_id: str, turn: int) -> dict[str, Any]:
+    """Run one turn in a fresh Python process; what it saw and stored, as JSON."""
+    import json
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", _TURN_IN_A_NEW_PROCESS, db_url, conversation_id, str(turn)],
+        capture_output=True, text=True, timeout=300, env=dict(os.environ),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _texts(messages: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """(part kind, its text or tool name) for each part of each dumped message."""
+    out = []
+    for m in messages:
+        for p in m["parts"]:
+            text = p.get("content") if isinstance(p.get("content"), str) else p.get("tool_name")
+            out.append((p["part_kind"], str(text)))
+    return out
+
+
+def test_a_two_turn_agent_run_resumes_after_a_restart(db_url: str) -> None:
+    conversation_id = f"restart-{uuid.uuid4().hex}"
+    first = _turn_in_a_new_process(db_url, conversation_id, 1)
+    second = _turn_in_a_new_process(db_url, conversation_id, 2)
+
+    assert len({first["pid"], second["pid"], os.getpid()}) == 3
+    assert (first["loaded"], first["output"]) == (None, "Hello Ada.")
+    # Turn 1 started from nothing: the model saw only its question.
+    assert _texts(first["seen"][0]) == [("user-prompt", "first question: I am Ada.")]
+    turn_one = first["stored"]
+    assert _texts(turn_one) == [
+        ("user-prompt", "first question: I am Ada."),
+        ("tool-call", "remember"),
+        ("tool-return", "remembered Ada"),
+        ("text", "Hello Ada."),
+    ]
+    # Turn 2, in a new process, loaded turn 1's messages from the store and sent them to
+    # the model (exactly as stored), then its own question.
+    assert (second["loaded"], second["output"]) == (4, "Your name is Ada.")
+    (sent,) = second["seen"]
+    assert sent[: len(turn_one)] == turn_one
+    assert _texts(sent[len(turn_one) :]) == [("user-prompt", "second question: who am I?")]
+    stored = second["stored"]
+    assert stored[: len(turn_one)] == turn_one
+    assert _texts(stored[len(turn_one) :]) == [
+        ("user-prompt", "second question: who am I?"),
+        ("text", "Your name is Ada."),
+    ]
+    with EventStore(db_url) as store:
+        sid = store.get_session_by_key(conversation_id).id
+        assert store.verify(sid).ok
+        roles = [e.event.role for e in store.read(sid, kinds=["message"])]
+        assert roles == ["user", "assistant", "tool", "assistant", "user", "assistant"]
