@@ -184,8 +184,8 @@ from agents.testing import function_call  # noqa: E402
 
 from condensers import CondensationPolicy  # noqa: E402
 from eventstore.budget import Budget  # noqa: E402
-from eventstore.events import Condensation  # noqa: E402
-from eventstore.views import RECALL_SUMMARY_PREFIX  # noqa: E402
+from eventstore.events import Condensation, ProviderPart  # noqa: E402
+from eventstore.views import RECALL_SUMMARY_PREFIX, ViewOptions  # noqa: E402
 
 _WORDS = " ".join(f"word{i}" for i in range(120))
 
@@ -392,7 +392,13 @@ def test_the_sdks_compaction_session_replaces_history_with_a_condensation(sessio
         str(i["content"]) for i in history
     ]
     view = sync.view(sid)
-    assert [i.message.text for i in view.items] == ["question 0"]  # the old turns are condensed
+    # The old turns are condensed; the compaction item is an opaque OpenAI part, sent back
+    # only in views for OpenAI.
+    assert [i.message.text for i in view.items] == ["question 0", ""]
+    assert view.items[1].message.parts == [ProviderPart(provider="openai", item=compacted[1])]
+    assert [m["content"] for m in view.to_messages()] == ["question 0"]
+    for_openai = sync.view(sid, options=ViewOptions(provider="openai")).to_messages()
+    assert for_openai[-1]["content"] == [compacted[1]]
     cond = view.condensation
     assert cond is not None and isinstance(cond.event, Condensation)
     assert cond.event.condenser == "openai_agents.responses_compact"  # replaced, not cleared

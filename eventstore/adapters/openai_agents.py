@@ -18,8 +18,11 @@ Items come back exactly as added (the raw item is kept with each event). Those t
 understands also become typed messages, so views, search and condensers work on them:
 ``message`` items (user, assistant, system, developer), ``function_call`` and
 ``function_call_output``. Anything else (reasoning with encrypted content, compaction
-items, hosted tool calls) is kept opaque as a ``Custom`` event named
-``openai_agents.item``.
+items, hosted tool calls) is kept as a message holding one
+:class:`~eventstore.events.ProviderPart` (provider ``openai``): stored exactly, sent back
+only in views for OpenAI (``ViewOptions(provider="openai")``), left out of any other
+provider's. Sessions written before kept them as ``Custom`` events named
+``openai_agents.item``; those still read back.
 
 Condensation goes through the SDK's own hooks; give the session a
 :class:`~condensers.CondensationPolicy`::
@@ -58,6 +61,7 @@ from ..events import (
     Custom,
     Event,
     Message,
+    ProviderPart,
     TextPart,
     ToolCallPart,
     ToolResultPart,
@@ -78,6 +82,8 @@ COMPACTION = "openai_agents.compaction"
 """Marker naming the condensation that ``get_items`` honours (written by
 :meth:`EventStoreSession.run_compaction` and by the SDK's compaction session)."""
 _RAW = "openai_agents_item"
+PROVIDER = "openai"
+"""The provider named on the opaque parts of items the store does not model."""
 _PAGE = 64
 _ROLES = {"user": "user", "assistant": "assistant", "system": "system", "developer": "system"}
 
@@ -116,7 +122,14 @@ def item_to_event(item: dict[str, Any]) -> Event:
             parts=[ToolResultPart(tool_call_id=item["call_id"], output=text)],
             extra=raw,
         )
-    return Custom(name=ITEM, data=item)
+    # Anything else (reasoning with encrypted content, compaction items, hosted tool
+    # calls, non-text content): an opaque part that only views for OpenAI send back.
+    role = _ROLES.get(str(item.get("role")), "assistant")
+    return Message(
+        role=role,  # type: ignore[arg-type]
+        parts=[ProviderPart(provider=PROVIDER, item=item)],
+        extra=raw,
+    )
 
 
 def _item_of(evt: Event) -> dict[str, Any] | None:
