@@ -7,6 +7,7 @@ requires these tests there with ``EVENTSTORE_REQUIRE_ADAPTERS``).
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import threading
 import time
@@ -280,28 +281,144 @@ class _ScriptedLlm(BaseLlm):
         yield LlmResponse(content=types.Content(role="model", parts=[types.Part(text=reply)]))
 
 
+# -- a two-turn run with the process restarted between the turns
+
+_TURN_IN_A_NEW_PROCESS = '''
+import asyncio, json, os, sys
+from typing import Any
+
+from google.adk.agents import LlmAgent
+from google.adk.models.base_llm import BaseLlm
+from google.adk.models.llm_response import LlmResponse
+from google.adk.runners import Runner
+from google.genai import types
+
+from eventstore.adapters.adk import EventStoreSessionService
+
+db_url, session_id, turn = sys.argv[1], sys.argv[2], int(sys.argv[3])
+APP, USER = "helper", "ada"
+QUESTIONS = {1: "first question: I am Ada.", 2: "second question: who am I?"}
+
+
+def remember(name: str) -> str:
+    """Remember a name."""
+    return f"remembered {name}"
+
+
+def _call() -> types.Part:
+    return types.Part(function_call=types.FunctionCall(
+        id="call-ada", name="remember", args={"name": "Ada"}))
+
+
+SCRIPTS = {1: [_call(), types.Part(text="Hello Ada.")],
+           2: [types.Part(text="Your name is Ada.")]}
+
+
+SENT: list[Any] = []  # the contents of every model request, as JSON
+
+
+class ScriptedLlm(BaseLlm):
+    """An offline model: answers from SCRIPTS and keeps every request it was sent."""
+
+    async def generate_content_async(self, llm_request, stream=False):
+        SENT.append([c.model_dump(mode="json") for c in llm_request.contents])
+        part = SCRIPTS[turn].pop(0)
+        yield LlmResponse(content=types.Content(role="model", parts=[part]))
+
+
+async def main() -> None:
+    agent = LlmAgent(name=APP, model=ScriptedLlm(model="scripted"), tools=[remember])
+    service = EventStoreSessionService(db_url)
+    try:
+        if turn == 1:
+            await service.create_session(app_name=APP, user_id=USER, session_id=session_id)
+        runner = Runner(app_name=APP, agent=agent, session_service=service)
+        message = types.Content(role="user", parts=[types.Part(text=QUESTIONS[turn])])
+        output = ""
+        async for ev in runner.run_async(
+            user_id=USER, session_id=session_id, new_message=message
+        ):
+            if ev.content and ev.content.parts and ev.content.parts[0].text:
+                output = ev.content.parts[0].text
+        got = await service.get_session(app_name=APP, user_id=USER, session_id=session_id)
+    finally:
+        await service.close()
+    print(json.dumps({
+        "pid": os.getpid(),
+        "output": output,
+        "sent": SENT,
+        "events": [e.model_dump(mode="json") for e in got.events],
+    }))
+
+
+asyncio.run(main())
+'''
+
+
+def _turn_in_a_new_process(db_url: str, session_id: str, turn: int) -> dict[str, Any]:
+    """Run one turn in a fresh Python process; what it saw and stored, as JSON."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", _TURN_IN_A_NEW_PROCESS, db_url, session_id, str(turn)],
+        capture_output=True, text=True, timeout=300, env=dict(os.environ),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _parts(contents: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """(role, text or tool name) for each part of each dumped ``Content``."""
+    out = []
+    for c in contents:
+        for p in c["parts"]:
+            if p.get("text"):
+                out.append((c["role"], p["text"]))
+            elif p.get("function_call"):
+                out.append((c["role"], "call " + p["function_call"]["name"]))
+            elif p.get("function_response"):
+                out.append((c["role"], "result " + p["function_response"]["name"]))
+    return out
+
+
 def test_a_two_turn_run_resumes_after_a_restart(db_url: str) -> None:
-    tenant = f"t-{uuid.uuid4().hex}"
-    _ScriptedLlm.replies = ["Hello Ada.", "Your name is Ada."]
-    _ScriptedLlm.seen = []
-    agent = LlmAgent(name="helper", model=_ScriptedLlm(model="scripted"))
+    session_id = f"restart-{uuid.uuid4().hex}"
+    first = _turn_in_a_new_process(db_url, session_id, 1)
+    second = _turn_in_a_new_process(db_url, session_id, 2)
 
-    async def turn(text: str, create: bool) -> str:
-        async with AsyncEventStore(db_url, tenant=tenant) as store:
-            service = EventStoreSessionService(store=store)
-            if create:
-                await service.create_session(app_name=APP, user_id="ada", session_id="chat")
-            runner = Runner(app_name=APP, agent=agent, session_service=service)
-            message = types.Content(role="user", parts=[types.Part(text=text)])
-            out = ""
-            async for ev in runner.run_async(user_id="ada", session_id="chat", new_message=message):
-                if ev.content and ev.content.parts and ev.content.parts[0].text:
-                    out = ev.content.parts[0].text
-            return out
-
-    assert run(turn("I am Ada.", create=True)) == "Hello Ada."
-    assert run(turn("Who am I?", create=False)) == "Your name is Ada."
-    assert "I am Ada." in _ScriptedLlm.seen[1] and "Hello Ada." in _ScriptedLlm.seen[1]
+    assert len({first["pid"], second["pid"], os.getpid()}) == 3
+    assert first["output"] == "Hello Ada." and second["output"] == "Your name is Ada."
+    # Turn 1 started from nothing: the model saw only its question.
+    assert _parts(first["sent"][0]) == [("user", "first question: I am Ada.")]
+    turn_one = [e["content"] for e in first["events"]]
+    assert _parts(turn_one) == [
+        ("user", "first question: I am Ada."),
+        ("model", "call remember"),
+        ("user", "result remember"),
+        ("model", "Hello Ada."),
+    ]
+    # What the store gives back is what ADK held in memory in turn 1: its second model
+    # request (the question, the tool call and its result) was built before any read.
+    assert first["sent"][1] == turn_one[:3]
+    # Turn 2, in a new process, sent the model turn 1's events (the tool call with its
+    # result) read back from the store, then its own question.
+    (sent,) = second["sent"]
+    assert sent[: len(turn_one)] == turn_one
+    assert _parts(sent[len(turn_one) :]) == [("user", "second question: who am I?")]
+    # get_session returns both turns' events, turn 1's exactly as turn 1 read them.
+    events = second["events"]
+    assert events[: len(first["events"])] == first["events"]
+    assert _parts([e["content"] for e in events[len(first["events"]) :]]) == [
+        ("user", "second question: who am I?"),
+        ("model", "Your name is Ada."),
+    ]
+    with EventStore(db_url) as store:
+        key = json.dumps(["adk", APP, session_id], separators=(",", ":"))
+        sid = store.get_session_by_key(key, user_id="ada").id
+        assert store.verify(sid).ok
+        roles = [e.event.role for e in store.read(sid, kinds=["message"])]
+        assert roles == ["user", "assistant", "tool", "assistant", "user", "assistant"]
 
 
 def test_the_readme_example_runs(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
