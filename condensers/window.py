@@ -143,19 +143,23 @@ class WindowCondenser:
             ctx=ctx,
         )
         room = summary_room(view, forget, budget, ctx)
-        carried = (prev.carried or prev.summary) if prev else None
         total = max(evt.forgotten_events, previously)
+        shown_base = prev.summary if prev else None
+        whole_base = (prev.carried or prev.summary) if prev else None
         if self.fold and forget > 0:
             line = ctx.token_counter.count(trim_note(total, self.note)) + 2
-            folded = ExtractiveSummarizer().summarize(
-                _note_re(self.note).sub("", carried or "").rstrip() or None,
-                newly_forgotten(view, forget),
+            anchor = _note_re(self.note).sub("", whole_base or "").rstrip() or None
+            forgotten = newly_forgotten(view, forget)
+            folder = ExtractiveSummarizer()
+            shown_base = folder.summarize(
+                anchor,
+                forgotten,
                 limit_tokens=max(room - line, 64),
                 token_counter=ctx.token_counter,
-            )
-            carried = folded.text
-        whole = _carry(carried, total, self.note)
-        summary = fit_summary(whole, room, ctx.token_counter)
+            ).text
+            whole_base = folder.summarize(anchor, forgotten).text
+        whole = _carry(whole_base, total, self.note)
+        summary = fit_summary(_carry(shown_base, total, self.note), room, ctx.token_counter)
         extra = {"carried": whole} if summary != whole else {}
         evt, after = condensation_for(
             view,
