@@ -116,7 +116,30 @@ def encode_event(event: Event) -> str:
 
 
 def decode_event(kind: str, payload: str, event_id: str, created_at: datetime) -> Event:
-    """Rebuild an event model from its stored columns."""
+    """Rebuild an event model from its stored columns.
+
+    One pass of pydantic's JSON validator over the payload text, with the columns spliced
+    in front. Its parser refuses lone surrogates (kept from invalid UTF-8 tool output,
+    stored as ``\\udXXX`` escapes) that Python's accepts, so a payload that may hold one,
+    or that the fast pass refuses for any reason, takes the ``json.loads`` path, which
+    decides (and raises) exactly as before.
+    """
+    if "\\ud" not in payload and payload[-1:] == "}" and isinstance(created_at, datetime):
+        # The columns go last: like the assignments below, they win over same-named keys.
+        cols = (
+            f'"kind":{json.dumps(kind)},"id":{json.dumps(event_id)},'
+            f'"created_at":"{created_at.isoformat()}"}}'
+        )
+        text = payload[:-1] + cols if payload == "{}" else payload[:-1] + "," + cols
+        try:
+            return EVENT_ADAPTER.validate_json(text)
+        except ValidationError:
+            pass
+    return _decode_event_loads(kind, payload, event_id, created_at)
+
+
+def _decode_event_loads(kind: str, payload: str, event_id: str, created_at: datetime) -> Event:
+    """:func:`decode_event` through ``json.loads`` (the reference path)."""
     data = json.loads(payload)
     data["kind"] = kind
     data["id"] = event_id
