@@ -218,7 +218,8 @@ def _utc(value: Any) -> datetime:
 
 
 def _stored(r: Any, owner: str) -> StoredEvent:
-    return StoredEvent(
+    # Built without validation: every field comes typed from the driver or the decoder.
+    return StoredEvent.model_construct(
         session_id=owner,
         seq=r[2],
         hash=r[8],

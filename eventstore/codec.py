@@ -52,6 +52,7 @@ __all__ = [
 ]
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
+_PLAIN = re.compile(r"[A-Za-z0-9_.:-]*")  # JSON string text as is (ids, kinds)
 
 
 def canonical_json(value: Any) -> str:
@@ -148,17 +149,25 @@ def decode_event(kind: str, payload: str, event_id: str, created_at: datetime) -
     """Rebuild an event model from its stored columns.
 
     One pass of pydantic's JSON validator over the payload text, with the columns spliced
-    in front. Its parser refuses lone surrogates (kept from invalid UTF-8 tool output,
+    in at its end. Its parser refuses lone surrogates (kept from invalid UTF-8 tool output,
     stored as ``\\udXXX`` escapes) that Python's accepts, so a payload that may hold one,
     or that the fast pass refuses for any reason, takes the ``json.loads`` path, which
     decides (and raises) exactly as before.
     """
-    if "\\ud" not in payload and payload[-1:] == "}" and isinstance(created_at, datetime):
+    if (
+        "\\ud" not in payload
+        and payload[-1:] == "}"
+        and isinstance(created_at, datetime)
+        and _PLAIN.fullmatch(kind)
+    ):
         # The columns go last: like the assignments below, they win over same-named keys.
-        cols = (
-            f'"kind":{json.dumps(kind)},"id":{json.dumps(event_id)},'
-            f'"created_at":"{created_at.isoformat()}"}}'
+        id_text = (
+            f'"{event_id}"'
+            if isinstance(event_id, str) and _PLAIN.fullmatch(event_id)
+            else json.dumps(event_id)
         )
+        cols = f'"kind":"{kind}","id":{id_text},"created_at":"{created_at.isoformat()}"}}'
+
         text = payload[:-1] + cols if payload == "{}" else payload[:-1] + "," + cols
         try:
             return EVENT_ADAPTER.validate_json(text)
