@@ -218,8 +218,7 @@ def _utc(value: Any) -> datetime:
 
 
 def _stored(r: Any, owner: str) -> StoredEvent:
-    # Built without validation: every field comes typed from the driver or the decoder.
-    return StoredEvent.model_construct(
+    return StoredEvent(
         session_id=owner,
         seq=r[2],
         hash=r[8],
