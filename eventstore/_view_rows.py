@@ -4,11 +4,23 @@
 seq: the latest condensation (one probe of the ``(session_id, kind, seq)`` index per
 lineage segment), its pinned events, one range read of the tail's messages and their part
 rows, and the control events a condensation policy answers (usually one empty probe).
+
+On SQLite and Postgres (psycopg) all of that is one statement after the session row: the
+condensation's forgotten range and pins are read from its payload inside the query (JSON
+functions on SQLite, patterns over the canonical text on Postgres, whose ``json`` type
+refuses the escaped lone surrogates a payload may hold), and the rows come back through
+the driver, without SQLAlchemy's per-row processing. The condensation is then decoded and
+checked against what the query used; on any difference (a payload written some other
+way) the view is read again one statement at a time, as other drivers always do.
 """
 
 from __future__ import annotations
 
+import json
+import sqlite3
 from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.engine import Connection
@@ -24,6 +36,7 @@ from ._sql import (
     owner_of,
     row_to_stored,
 )
+from .codec import decode_event
 from .errors import InvalidEventError
 from .events import Condensation
 from .records import StoredEvent
@@ -42,12 +55,286 @@ def view_rows(
     ``as_of`` (the ``(session_id, kind, seq)`` index), a primary-key read of its pinned
     events, one range read of the tail's message events and their part rows, and a probe
     for condensation requests in the tail. Nothing before the forgotten range is read, so
-    the cost follows the tail, not the session.
+    the cost follows the tail, not the session. On SQLite and Postgres these are one
+    statement (see the module docstring).
     """
     segments, head = lineage_and_head(conn, tenant, session_id)
     seq = head if as_of is None else as_of
     if not 0 <= seq <= head:
         raise InvalidEventError(f"as_of: {as_of} is outside 0..{head} for session {session_id}")
+    rows = _in_one_query(conn, tenant, session_id, segments, seq, expand) if seq else None
+    if rows is None:
+        rows = _by_statements(conn, tenant, session_id, segments, seq, expand=expand)
+    return rows
+
+
+# --------------------------------------------------------------------------- one query
+
+#: Drivers the combined query is written for, and their placeholder.
+_PLACEHOLDERS = {"pysqlite": "?", "psycopg": "%s"}
+
+_EV = "seq, id, kind, created_at, payload, token_count, hash"
+#: Where the condensation's ``forgotten_to`` and ``pinned`` are in its payload. Canonical
+#: JSON sorts keys and has no whitespace, and every key before these two holds a scalar, so
+#: the first match is the top-level field (a string cannot contain an unescaped quote).
+#: Numbers of more digits than fit are not matched; the check after the query catches it.
+_PG_FORGOTTEN_TO = "CAST(substring(payload from '\"forgotten_to\":(-?[0-9]{1,18})[,}]') AS BIGINT)"
+_PG_PINNED = "substring(payload from '\"pinned\":\\[((?:-?[0-9]{1,18},)*-?[0-9]{1,18})\\]')"
+_LITE_FORGOTTEN_TO = "json_extract(payload, '$.forgotten_to')"
+_LITE_PINNED = "json_extract(payload, '$.pinned')"
+#: A forgotten range the query could not read hides everything (the check then rereads).
+_UNREAD = 9223372036854775806
+
+
+class _Query:
+    """A statement under construction: its positional parameters, in the order the text
+    names them (so every :meth:`p` is called where its placeholder is written, inside one
+    f-string, left to right)."""
+
+    def __init__(self, pg: bool, placeholder: str) -> None:
+        self.pg = pg
+        self.ph = placeholder
+        self.params: list[Any] = []
+        self.branches: list[str] = []
+
+    def p(self, value: Any) -> str:
+        self.params.append(value)
+        return self.ph
+
+    def greatest(self, a: str, b: str) -> str:
+        return f"{'GREATEST' if self.pg else 'max'}({a}, {b})"
+
+    def pinned(self, lo: int, hi: int | None) -> str:
+        """``seq`` is one of the condensation's pins in ``lo..hi`` (an index lookup per
+        pin: SQLite would rather scan ``lo..hi`` than probe its ``IN`` list)."""
+        if self.pg:
+            return (
+                f"seq >= {self.p(lo)} AND seq <= {self.p(hi)} AND "
+                "seq = ANY(CAST(string_to_array((SELECT pins FROM b), ',') AS BIGINT[]))"
+            )
+        return (
+            "seq IN (SELECT value FROM json_each((SELECT pins FROM b)) "
+            f"WHERE value >= {self.p(lo)} AND value <= {self.p(hi)})"
+        )
+
+    def nulls(self, *types: str) -> str:
+        # Typed NULLs: Postgres resolves a UNION's column types pairwise, and two untyped
+        # NULLs would become text.
+        ts = "TIMESTAMPTZ" if self.pg else "TIMESTAMP"
+        return ", ".join(f"CAST(NULL AS {ts if t == 'ts' else t})" for t in types)
+
+
+def _build(
+    q: _Query, segs: list[Segment], segments: Sequence[Segment], as_of: int, like: str
+) -> str:
+    """The combined statement; each row is tagged with what it is (``src``) and the index
+    ``g`` of its segment (in ``segs``, or in ``segments`` for fork compactions)."""
+    probe = [
+        f"SELECT * FROM (SELECT {g} AS g, {_EV} FROM events WHERE session_id = {q.p(s.owner)} "
+        f"AND kind = 'condensation' AND seq >= {q.p(s.lo)} AND seq <= {q.p(s.hi)} "
+        f"ORDER BY seq DESC LIMIT 1) AS c{g}"
+        for g, s in enumerate(segs)
+    ]
+    cte = " UNION ALL ".join(probe) + (" ORDER BY seq DESC LIMIT 1" if len(probe) > 1 else "")
+    ft, pins = (_PG_FORGOTTEN_TO, _PG_PINNED) if q.pg else (_LITE_FORGOTTEN_TO, _LITE_PINNED)
+    sql = (
+        f"WITH c AS ({cte}), b AS (SELECT COALESCE((SELECT seq FROM c), 0) AS cs, "
+        f"COALESCE((SELECT COALESCE({ft}, {_UNREAD}) FROM c), 0) AS ft, "
+        f"(SELECT {pins} FROM c) AS pins) "
+        f"SELECT 'c' AS src, g, {_EV}, {q.nulls('INTEGER', 'INTEGER')}, "
+        "(SELECT ft FROM b) AS ft, (SELECT pins FROM b) AS pins FROM c"
+    )
+    tail_lo = "(SELECT ft FROM b) + 1"
+    after_cond = "(SELECT cs FROM b) + 1"
+    ev_nulls = q.nulls("INTEGER", "INTEGER", "BIGINT", "TEXT")
+    for g, s in enumerate(segs):
+        q.branches.append(
+            f"SELECT 'p', {g}, {_EV}, {ev_nulls} FROM events WHERE session_id = {q.p(s.owner)} "
+            f"AND kind = 'message' AND {q.pinned(s.lo, s.hi)}"
+        )
+    for g, s in enumerate(segs):
+        q.branches.append(
+            f"SELECT 't', {g}, {_EV}, {ev_nulls} FROM events WHERE session_id = {q.p(s.owner)} "
+            f"AND kind = 'message' AND seq >= {q.greatest(q.p(s.lo), tail_lo)} "
+            f"AND seq <= {q.p(s.hi)}"
+        )
+    for g, s in enumerate(segs):
+        q.branches.append(
+            f"SELECT 'r', {g}, {_EV}, {ev_nulls} FROM events WHERE session_id = {q.p(s.owner)} "
+            f"AND kind = 'condensation_request' AND seq >= {q.greatest(q.p(s.lo), after_cond)} "
+            f"AND seq <= {q.p(s.hi)}"
+        )
+    for tag, kind, match in (("b", "custom", True), ("l", "llm_call", False)):
+        for g, s in enumerate(segs):
+            q.branches.append(
+                f"SELECT * FROM (SELECT '{tag}' AS src, {g} AS g, {_EV}, {ev_nulls} FROM events "
+                f"WHERE session_id = {q.p(s.owner)} AND kind = '{kind}' "
+                f"AND seq >= {q.greatest(q.p(s.lo), after_cond)} AND seq <= {q.p(s.hi)}"
+                f"{f' AND payload LIKE {q.p(like)}' if match else ''} "
+                f"ORDER BY seq DESC LIMIT 1) AS {tag}{g}"
+            )
+    pt_nulls = q.nulls("VARCHAR", "VARCHAR", "ts", "TEXT")
+    pt_cols = f"seq, {pt_nulls}, token_count, CAST(NULL AS VARCHAR), idx, compacted_seq"
+    tail_nulls = q.nulls("BIGINT", "TEXT")
+    for tag, pinned in (("q", True), ("u", False)):
+        for g, s in enumerate(segs):
+            q.branches.append(
+                f"SELECT '{tag}', {g}, {pt_cols}, {tail_nulls} FROM parts "
+                f"WHERE session_id = {q.p(s.owner)} AND "
+                + (
+                    q.pinned(s.lo, s.hi)
+                    if pinned
+                    else f"seq >= {q.greatest(q.p(s.lo), tail_lo)} AND seq <= {q.p(s.hi)}"
+                )
+            )
+    if len(segments) > 1:
+        # Compactions a fork applied to parts it inherited, counted up to its fork point.
+        fc_cols = (
+            f"seq, {pt_nulls}, CAST(NULL AS INTEGER), CAST(NULL AS VARCHAR), idx, compacted_seq"
+        )
+        for tag, pinned in (("f", True), ("h", False)):
+            for g in range(1, len(segments)):
+                seg = segments[g]
+                limit = as_of if seg.hi is None else min(as_of, seg.hi)
+                q.branches.append(
+                    f"SELECT '{tag}', {g}, {fc_cols}, {tail_nulls} FROM fork_compactions "
+                    f"WHERE session_id = {q.p(seg.owner)} AND "
+                    + (
+                        q.pinned(1, as_of)
+                        if pinned
+                        else f"seq >= {q.greatest(q.p(1), tail_lo)} AND seq <= {q.p(as_of)}"
+                    )
+                    + f" AND compacted_seq <= {q.p(limit)}"
+                )
+    return " UNION ALL ".join([sql, *q.branches])
+
+
+def _utc(value: Any) -> datetime:
+    """A ``created_at`` as the driver returns it, as :class:`~eventstore.schema.UTCDateTime`
+    reads it (SQLite holds naive UTC text)."""
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def _stored(r: Any, owner: str) -> StoredEvent:
+    return StoredEvent(
+        session_id=owner,
+        seq=r[2],
+        hash=r[8],
+        token_count=r[7],
+        event=decode_event(r[4], r[6], r[3], _utc(r[5])),
+    )
+
+
+def _in_one_query(
+    conn: Connection,
+    tenant: str,
+    session_id: str,
+    segments: list[Segment],
+    seq: int,
+    expand: bool,
+) -> ViewRows | None:
+    """The view's rows from one statement, or ``None`` when this driver has no such
+    statement or the condensation's payload is not what the statement could read."""
+    placeholder = _PLACEHOLDERS.get(conn.dialect.driver)
+    if placeholder is None:
+        return None
+    pg = conn.dialect.name == "postgresql"
+    q = _Query(pg, placeholder)
+    segs = clip(segments, 1, seq)
+    sql = _build(q, segs, segments, seq, f'%"name":"{BREAKER_PREFIX}%')
+    driver = conn.connection.driver_connection
+    assert driver is not None
+    cur = driver.cursor()
+    try:
+        cur.execute(sql, q.params)
+        fetched = cur.fetchall()
+    except sqlite3.OperationalError:
+        return None  # an SQLite without JSON functions, or a payload they cannot parse
+    finally:
+        cur.close()
+
+    by: dict[str, list[Any]] = {}
+    for r in fetched:
+        by.setdefault(r[0], []).append(r)
+    cond: StoredEvent | None = None
+    if "c" in by:
+        r = by["c"][0]
+        cond = _stored(r, segs[r[1]].owner)
+        evt = cond.event
+        used = r[12]
+        pins = set() if used is None else set(json.loads(used if used[:1] == "[" else f"[{used}]"))
+        if (
+            not isinstance(evt, Condensation)
+            or evt.forgotten_to != r[11]
+            or pins != set(evt.pinned)
+        ):
+            return None
+
+    def decoded(tag: str) -> list[StoredEvent]:
+        return [_stored(r, segs[r[1]].owner) for r in sorted(by.get(tag, ()), key=lambda r: r[2])]
+
+    pinned, tail = decoded("p"), decoded("t")
+    if expand:  # put attachments' bytes back (one query, only when the view names blobs)
+        both = _blobs.expand(conn, tenant, pinned + tail)
+        pinned, tail = both[: len(pinned)], both[len(pinned) :]
+
+    part_states: dict[int, dict[int, PartState]] = {}
+    n = 0
+    caps = {x.owner: x.hi for x in segments}
+    for r in by.get("q", []) + by.get("u", []):
+        n += 1
+        # A stamp counts when its prune is visible at as_of and, for an inherited
+        # segment, was made by its owner before the fork point that caps it.
+        cap = caps[segs[r[1]].owner]
+        limit = seq if cap is None else min(seq, cap)
+        stamp = r[10]
+        if stamp is not None and stamp > limit:
+            stamp = None
+        part_states.setdefault(r[2], {})[r[9]] = PartState(r[7], stamp)
+    for r in sorted(by.get("f", []) + by.get("h", []), key=lambda r: r[1]):
+        n += 1
+        cur_state = part_states.get(r[2], {}).get(r[9])
+        if cur_state is not None and cur_state.compacted_seq is None:
+            part_states[r[2]][r[9]] = PartState(cur_state.tokens, r[10])
+
+    lo = cond.seq + 1 if cond is not None else 1
+    requests = decoded("r")
+    customs = _read_kind(conn, segments, requests[0].seq + 1, seq, "custom") if requests else []
+    first: dict[str, StoredEvent | None] = {s.owner: None for s in segs}
+    for r in by.get("b", []):
+        first[segs[r[1]].owner] = _stored(r, segs[r[1]].owner)
+    found = _latest_breaker(conn, segs, lo, seq, first=first)
+    customs = [c for c in customs if found is None or c.seq != found.seq]
+    calls = decoded("l")[-1:]
+    control = sorted(requests + customs + ([found] if found else []) + calls, key=lambda e: e.seq)
+    return ViewRows(
+        session_id=session_id,
+        seq=seq,
+        condensation=cond,
+        pinned=pinned,
+        tail=tail,
+        parts=part_states,
+        control=control,
+        rows_read=(0 if cond is None else 1) + len(pinned) + len(tail) + n + len(control),
+    )
+
+
+# --------------------------------------------------------------------------- statement by statement
+
+
+def _by_statements(
+    conn: Connection,
+    tenant: str,
+    session_id: str,
+    segments: list[Segment],
+    seq: int,
+    *,
+    expand: bool = False,
+) -> ViewRows:
+    """:func:`view_rows` one statement at a time (drivers without the combined query, and
+    condensations whose payload the query cannot read)."""
     cond = latest_in(conn, segments, "condensation", seq)
     rows = 0 if cond is None else 1
 
@@ -135,25 +422,36 @@ def _read_control(
 
 
 def _latest_breaker(
-    conn: Connection, segments: Sequence[Segment], lo: int, hi: int
+    conn: Connection,
+    segments: Sequence[Segment],
+    lo: int,
+    hi: int,
+    first: dict[str, StoredEvent | None] | None = None,
 ) -> StoredEvent | None:
+    """The newest ``condenser.circuit*`` custom event in ``lo..hi``. ``first``: the first
+    probe's answer per segment owner, when the combined query already made it."""
     like = f'%"name":"{BREAKER_PREFIX}%'
     for seg in reversed(clip(segments, lo, hi)):
         top = seg.hi if seg.hi is not None else hi
+        probed = first is not None and seg.owner in first
         while top >= seg.lo:
-            row = conn.execute(
-                select(*_EVENT_COLS)
-                .where(events.c.session_id == seg.owner, events.c.kind == "custom")
-                .where(events.c.seq.between(seg.lo, top), events.c.payload.like(like))
-                .order_by(events.c.seq.desc())
-                .limit(1)
-            ).first()
-            if row is None:
+            if probed:
+                found = first[seg.owner] if first is not None else None
+                probed = False
+            else:
+                row = conn.execute(
+                    select(*_EVENT_COLS)
+                    .where(events.c.session_id == seg.owner, events.c.kind == "custom")
+                    .where(events.c.seq.between(seg.lo, top), events.c.payload.like(like))
+                    .order_by(events.c.seq.desc())
+                    .limit(1)
+                ).first()
+                found = None if row is None else row_to_stored(row, seg.owner)
+            if found is None:
                 break
-            found = row_to_stored(row, seg.owner)
             if getattr(found.event, "name", "").startswith(BREAKER_PREFIX):
                 return found
-            top = row.seq - 1
+            top = found.seq - 1
     return None
 
 

@@ -31,6 +31,7 @@ import json
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from .codec import copy_json
 from .errors import InvalidEventError
 from .events import (
     PURGED,
@@ -134,9 +135,17 @@ def _overlay(
                 continue
             if per_result and key in ("content", "tool_call_id", "name"):
                 continue
-            d[key] = copy.deepcopy(value)
+            d[key] = _copy(value)
         for key in omit:
             d.pop(key, None)
+
+
+def _copy(value: Any) -> Any:
+    """A deep copy of stored JSON data (``copy.deepcopy`` for anything built in code)."""
+    try:
+        return copy_json(value)
+    except TypeError:
+        return copy.deepcopy(value)
 
 
 def _render_tool(message: Message, placeholder_for: PlaceholderFor | None) -> list[dict[str, Any]]:
@@ -191,7 +200,7 @@ def _render_chat(
             content.append({"type": "text", "text": part.text})
         elif isinstance(part, ProviderPart):
             if provider is not None and part.provider == provider:
-                content.append(copy.deepcopy(part.item))
+                content.append(_copy(part.item))
         else:
             content.append(_render_file(part))
     d: dict[str, Any] = {"role": message.role}

@@ -27,7 +27,7 @@ from typing import Any, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
-from .codec import canonical_json
+from .codec import canonical_json, copy_json
 from .events import (
     Condensation,
     FilePart,
@@ -289,7 +289,10 @@ class View:
         """The view as litellm/OpenAI chat messages (a fresh copy each call)."""
         if self._messages is None:
             self._messages = _render(self)
-        return json.loads(json.dumps(self._messages))
+        try:
+            return copy_json(self._messages)
+        except TypeError:  # data built in code (a tuple in ``extra``): what JSON makes of it
+            return json.loads(json.dumps(self._messages))
 
     def fingerprint(self) -> str:
         """SHA-256 over the canonical rendered messages."""

@@ -198,3 +198,63 @@ def test_usage_and_refs() -> None:
     assert Prune(targets=[PartRef(seq=1, index=2)]).targets[0].index == 2
     with pytest.raises(ValidationError):
         Prune(targets=[{"seq": "x", "index": 0}])  # type: ignore[list-item]
+
+
+_DECODE_CASES = [
+    *((kind, raw) for kind, (raw, _cls) in sorted(EVENT_DICTS.items())),
+    ("custom", {"kind": "custom", "name": "n", "data": [0.1, 1e308, 5e-324, 2**70, -0.0, "\x00"]}),
+    ("custom", {"kind": "custom", "type_name": "old", "data": {"kind": "nested"}}),
+    (
+        "message",
+        {
+            "kind": "message",
+            "role": "tool",
+            "parts": [
+                {
+                    "type": "tool_result",
+                    "tool_call_id": "c",
+                    "output": decode_tool_output(b"ok \xff\xfe"),
+                }
+            ],
+        },
+    ),
+    (
+        "message",
+        {
+            "kind": "message",
+            "role": "user",
+            "parts": [
+                {
+                    "type": "file",
+                    "media_type": "image/png",
+                    "data": base64.b64encode(b"\x89PNG").decode(),
+                },
+                {"type": "text", "text": "\U0001f600 and \\ud800 spelled out"},
+            ],
+        },
+    ),
+]
+
+
+@pytest.mark.parametrize(("kind", "raw"), _DECODE_CASES)
+@pytest.mark.parametrize(
+    "created_at", [datetime(2024, 5, 6, 7, 8, 9, 123456, tzinfo=UTC), datetime(2024, 1, 1, 3, 0)]
+)
+def test_decode_event_matches_the_json_loads_path(
+    kind: str, raw: dict[str, Any], created_at: datetime
+) -> None:
+    # decode_event parses with pydantic's JSON validator and falls back to json.loads where
+    # that parser refuses the text (lone surrogates): both must give the same event, or
+    # the same error (a naive created_at).
+    from eventstore.codec import _decode_event_loads
+
+    payload = encode_event(EVENT_ADAPTER.validate_python(raw))
+    if created_at.tzinfo is None:
+        with pytest.raises(ValidationError):
+            decode_event(kind, payload, "i", created_at)
+        with pytest.raises(ValidationError):
+            _decode_event_loads(kind, payload, "i", created_at)
+        return
+    fast = decode_event(kind, payload, "i", created_at)
+    assert fast == _decode_event_loads(kind, payload, "i", created_at)
+    assert encode_event(fast) == payload

@@ -563,3 +563,81 @@ def test_calls_recorded_before_null_content_still_verify(store: EventStore) -> N
     assert report.ok and report.llm_calls == 2, report.problems
     recorded = [e.event for e in store.read(sid, kinds=["llm_call"])]
     assert recorded[-1].render_options == {"render_version": RENDER_VERSION}  # type: ignore[union-attr]
+
+
+# --------------------------------------------------------------------------- one query
+
+
+def _busy_lineage(store: EventStore) -> list[str]:
+    """A session and two nested forks with everything a view reads: pins (one not a
+    message, one after the forgotten range), prunes of own and inherited parts, requests,
+    breaker events (and customs that only mention one), model calls, lone surrogates."""
+    from eventstore import CondensationRequest, Custom
+
+    def call(i: str) -> Message:
+        return Message.assistant("look", tool_calls=[ToolCallPart(id=i, name="ls")])
+
+    sid = store.create_session().id
+    store.append(sid, [Message.system("sys"), Message.user("task \udcff")])
+    store.append(sid, [call("c1"), Message.tool("c1", "out")])
+    store.append(sid, [Custom(name="note", data={"x": '"name":"condenser.circuit"'})])
+    store.append(sid, [Prune(targets=[PartRef(seq=4, index=0)])])
+    store.append(sid, [call("c2"), Message.tool("c2", "out2 \udcfe")])
+    store.append(
+        sid, [Condensation(forgotten_from=3, forgotten_to=4, summary="s", pinned=[1, 2, 5, 8])]
+    )
+    store.append(sid, [Message.user("after"), CondensationRequest(focus="f")])
+    store.append(sid, [Custom(name="condenser.circuit.open", data={}), Custom(name="later")])
+    store.append(sid, [LLMCall(model="m", view_seq=11, fingerprint="f")])
+    fork = store.fork(sid, 12).id
+    store.append(fork, [Prune(targets=[PartRef(seq=8, index=0)])])
+    store.append(fork, [call("c3"), Message.tool("c3", "fork out")])
+    store.append(fork, [Custom(name="note", data={"name": "condenser.circuit.fake"})])
+    grand = store.fork(fork, 15).id
+    store.append(grand, [Condensation(forgotten_from=3, forgotten_to=10, pinned=[2, 13])])
+    store.append(grand, [Message.tool("c9", "orphan")])
+    store.append(grand, [Prune(targets=[PartRef(seq=15, index=0), PartRef(seq=17, index=0)])])
+    return [sid, fork, grand]
+
+
+def test_the_one_query_reads_what_the_statements_read(store: EventStore) -> None:
+    # The combined statement and the statement-by-statement reads give the same rows for
+    # every session of a lineage at every seq (and the combined one is the path taken).
+    from eventstore._sql import lineage_and_head
+    from eventstore._view_rows import _by_statements, _in_one_query
+
+    for sid in _busy_lineage(store):
+        with store.engine.connect() as conn:
+            segments, head = lineage_and_head(conn, store.tenant, sid)
+            for seq in range(1, head + 1):
+                one = _in_one_query(conn, store.tenant, sid, segments, seq, True)
+                assert one is not None
+                assert one == _by_statements(conn, store.tenant, sid, segments, seq, expand=True)
+
+
+def test_a_condensation_the_query_misreads_is_read_statement_by_statement(
+    store: EventStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Should the query read a condensation's range or pins differently from its decoded
+    # payload (one written some other way), the check after it rereads statement by
+    # statement, and the view is the same.
+    from eventstore import _view_rows
+    from eventstore._sql import lineage_and_head
+
+    sid = store.create_session().id
+    store.append(sid, [Message.system("sys"), Message.user("a"), Message.user("b")])
+    store.append(sid, [Condensation(forgotten_from=2, forgotten_to=2, pinned=[1])])
+    before = store.view(sid).to_messages()
+    for wrong in (
+        {"_LITE_FORGOTTEN_TO": "NULL", "_PG_FORGOTTEN_TO": "NULL"},
+        {"_LITE_PINNED": "'[2]'", "_PG_PINNED": "'2'"},
+    ):
+        with monkeypatch.context() as m:
+            for name, expr in wrong.items():
+                m.setattr(_view_rows, name, expr)
+            with store.engine.connect() as conn:
+                segments, head = lineage_and_head(conn, store.tenant, sid)
+                assert (
+                    _view_rows._in_one_query(conn, store.tenant, sid, segments, head, False) is None
+                )
+            assert store.view(sid).to_messages() == before
