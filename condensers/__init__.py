@@ -30,7 +30,7 @@ from .policy import (
     complete,
     is_context_window_error,
 )
-from .pruning import ObservationMasker, ToolOutputPruner
+from .pruning import ObservationMasker, ResultTruncator, ToolOutputPruner
 from .summarizing import (
     HEADINGS,
     TEMPLATE_VERSION,
@@ -60,6 +60,7 @@ __all__ = [
     "LLMSummarizer",
     "LLMSummaryCondenser",
     "ObservationMasker",
+    "ResultTruncator",
     "Outcome",
     "Pipeline",
     "Planned",

@@ -18,7 +18,7 @@ from eventstore.views import apply_event
 
 from ._io import Routine, Work, adrive, append, drive, read_view
 from .base import Condenser, PlanContext, Proposal
-from .pruning import ObservationMasker, ToolOutputPruner
+from .pruning import ObservationMasker, ResultTruncator, ToolOutputPruner
 from .summarizing import ExtractiveCondenser, LLMSummaryCondenser, SummarizingCondenser
 from .window import WindowCondenser
 
@@ -326,6 +326,8 @@ def default_pipeline(
 
     1. :class:`ToolOutputPruner` (OpenCode defaults, scaled to the budget),
     2. :class:`ObservationMasker` (a window of the 10 newest tool results),
+    2b. :class:`ResultTruncator` (an oversized result, even the newest, shown as its head
+       and tail with the way back),
     3. a summary: :class:`LLMSummaryCondenser` with ``model`` (falling back to the
        extractive summary on any failure), or :class:`ExtractiveCondenser` offline,
     4. :class:`WindowCondenser` as the last guard when the summary alone cannot reach
@@ -346,6 +348,7 @@ def default_pipeline(
         [
             ToolOutputPruner(),
             ObservationMasker(),
+            ResultTruncator(),
             summary,
             WindowCondenser(target_fraction=target_fraction, fold=True),
         ],

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from eventstore.errors import ConfigurationError
 from eventstore.events import PartRef, Prune, ToolResultPart
-from eventstore.views import placeholder_text
+from eventstore.views import placeholder_text, truncated_text
 
 from .base import PlanContext, Proposal
 
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from eventstore.budget import Budget
     from eventstore.views import View, ViewItem
 
-__all__ = ["ToolOutputPruner", "ObservationMasker"]
+__all__ = ["ToolOutputPruner", "ObservationMasker", "ResultTruncator"]
 
 
 def _placeholder_tokens(view: View, ctx: PlanContext, ref: PartRef) -> int:
@@ -308,3 +308,74 @@ class ObservationMasker:
             return None
         settings = {**self.settings(), "effective_minimum": minimum}
         return _prune_proposal(self.name, settings, view, targets, freed, ctx, started)
+
+
+class ResultTruncator:
+    """Truncate oversized tool results to their head and tail (DSPy, Dexto), reversibly.
+
+    One tool result larger than ``max_fraction`` of the budget (a 20 KB file read) can
+    hold the view over the budget by itself, and every other step protects the newest call
+    group. This step shows such a result as its first two thirds and last third of about
+    ``keep_fraction`` of the budget, around a line that states the original size and the
+    ``recall`` reference that returns it whole: a prune with ``keep_chars``, so the
+    original stays in the log. It runs before anything lossier.
+
+    Args:
+        max_fraction: A result over this fraction of the budget's available tokens is
+            oversized.
+        keep_fraction: How much of the budget a truncated result keeps.
+        min_tokens: Results under this many tokens are never truncated, whatever the
+            budget.
+        protected_tools: Tool names whose results are never truncated.
+    """
+
+    name = "truncate_large_results"
+
+    def __init__(
+        self,
+        *,
+        max_fraction: float = 0.25,
+        keep_fraction: float = 0.1,
+        min_tokens: int = 500,
+        protected_tools: Iterable[str] = (),
+    ) -> None:
+        if not 0 < keep_fraction < max_fraction <= 1:
+            raise ConfigurationError(
+                "need 0 < keep_fraction < max_fraction <= 1, got "
+                f"keep_fraction={keep_fraction}, max_fraction={max_fraction}"
+            )
+        self.max_fraction = max_fraction
+        self.keep_fraction = keep_fraction
+        self.min_tokens = min_tokens
+        self.protected_tools = frozenset(protected_tools)
+
+    def settings(self) -> dict[str, Any]:
+        return {
+            "max_fraction": self.max_fraction,
+            "keep_fraction": self.keep_fraction,
+            "min_tokens": self.min_tokens,
+            "protected_tools": sorted(self.protected_tools),
+        }
+
+    def plan(self, view: View, budget: Budget, ctx: PlanContext) -> Proposal | None:
+        started = time.perf_counter()
+        limit = max(budget.fraction(self.max_fraction), self.min_tokens)
+        # About keep_fraction of the budget in characters (four a token, as estimated).
+        keep = max(budget.fraction(self.keep_fraction) * 4, 64)
+        targets: list[PartRef] = []
+        freed = 0
+        for item in view.items:
+            for idx, part in _candidates(item, self.protected_tools, _PRUNABLE):
+                tokens = item.part_tokens[idx]
+                if tokens <= limit or keep >= len(part.output):
+                    continue
+                ref = PartRef(seq=item.seq, index=idx)
+                gain = tokens - ctx.token_counter.count(truncated_text(ref, part.output, keep))
+                if gain > 0:
+                    targets.append(ref)
+                    freed += gain
+        if not targets:
+            return None
+        proposal = _prune_proposal(self.name, self.settings(), view, targets, freed, ctx, started)
+        proposal.event.keep_chars = keep  # type: ignore[union-attr]
+        return proposal

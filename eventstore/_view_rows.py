@@ -65,7 +65,36 @@ def view_rows(
     rows = _in_one_query(conn, tenant, session_id, segments, seq, expand) if seq else None
     if rows is None:
         rows = _by_statements(conn, tenant, session_id, segments, seq, expand=expand)
+    rows.truncations = _truncations(conn, segments, rows.parts)
     return rows
+
+
+def _truncations(
+    conn: Connection, segments: Sequence[Segment], part_states: dict[int, dict[int, PartState]]
+) -> dict[int, int]:
+    """``keep_chars`` of the truncating prunes among those that compacted the view's parts
+    (a primary-key probe per distinct prune, only when parts are compacted at all)."""
+    stamps = sorted(
+        {st.compacted_seq for d in part_states.values() for st in d.values() if st.compacted_seq}
+    )
+    out: dict[int, int] = {}
+    for stamp in stamps:
+        owner = owner_of(segments, stamp)
+        if owner is None:
+            continue
+        row = conn.execute(
+            select(events.c.payload).where(
+                events.c.session_id == owner,
+                events.c.seq == stamp,
+                events.c.kind == "prune",
+                events.c.payload.contains('"keep_chars":'),
+            )
+        ).first()
+        if row is not None:
+            keep = json.loads(row.payload).get("keep_chars")
+            if isinstance(keep, int):
+                out[stamp] = keep
+    return out
 
 
 # --------------------------------------------------------------------------- one query

@@ -405,6 +405,10 @@ class Prune(_Event):
     """What caused it."""
     note: str | None = None
     """Free text (for example a circuit-breaker message)."""
+    keep_chars: int | None = Field(default=None, ge=64)
+    """A truncation instead of a placeholder: each target shows its first and last
+    characters, ``keep_chars`` in all, around a line saying how much was left out and how
+    to recall it (``None``: the placeholder replaces the whole part)."""
 
 
 class LLMCall(_Event):

@@ -73,9 +73,12 @@ def _same_time(a: datetime | None, b: datetime | None) -> bool:
 class _Tracker:
     """One view, kept up to date while the log is walked, for one set of render options."""
 
-    def __init__(self, session_id: str, options: ViewOptions) -> None:
+    def __init__(
+        self, session_id: str, options: ViewOptions, keeps: dict[int, int] | None = None
+    ) -> None:
         self.session_id = session_id
         self.options = options
+        self.keeps = keeps if keeps is not None else {}  # prune seq -> keep_chars
         self.cond: StoredEvent | None = None
         self.cond_pins: set[int] = set()
         self.pinned: list[ViewItem] = []  # the condensation's pinned head
@@ -175,13 +178,13 @@ class _Tracker:
                 pin, self.want_system = True, False
             elif self.want_user and evt.role == "user":
                 pin, self.want_user = True, False
-            self.tail.append(_new_item(stored, compacted, pin))
+            self.tail.append(_new_item(stored, compacted, pin, self.keeps))
             return
         if stored.seq in self.cond_pins:  # pinned before it existed: joins the head now
             i = bisect_left(self.pinned, stored.seq, key=lambda it: it.stored.seq)
-            self.pinned.insert(i, _new_item(stored, compacted, True))
+            self.pinned.insert(i, _new_item(stored, compacted, True, self.keeps))
             self._rollback(i)
-        self.tail.append(_new_item(stored, compacted, stored.seq in self.cond_pins))
+        self.tail.append(_new_item(stored, compacted, stored.seq in self.cond_pins, self.keeps))
 
     def condensation(
         self, stored: StoredEvent, retained: dict[int, StoredEvent], compacted: Any
@@ -191,14 +194,14 @@ class _Tracker:
         self.cond = stored
         pins = sorted(set(evt.pinned))
         self.pinned = [
-            _new_item(retained[p], compacted.get(p, {}), True)
+            _new_item(retained[p], compacted.get(p, {}), True, self.keeps)
             for p in pins
             if 1 <= p <= stored.seq and p in retained
         ]
         self.cond_pins = {it.stored.seq for it in self.pinned} | {p for p in pins if p > stored.seq}
         shown = {it.stored.seq for it in self.pinned}
         self.tail = [
-            _new_item(e, compacted.get(s, {}), s in shown)
+            _new_item(e, compacted.get(s, {}), s in shown, self.keeps)
             for s, e in retained.items()
             if s > evt.forgotten_to
         ]
@@ -213,13 +216,17 @@ class _Tracker:
                 if index < len(item.message.parts) and index not in item.compacted:
                     item.compacted[index] = PartRef(seq=seq, index=index)
                     item.compacted_by[index] = by
+                    if by in self.keeps:
+                        item.kept[index] = self.keeps[by]
                     first = offset + i if first is None else min(first, offset + i)
                 i += 1
         if first is not None:
             self._rollback(first)
 
 
-def _new_item(stored: StoredEvent, compacted: dict[int, int], pinned: bool) -> ViewItem:
+def _new_item(
+    stored: StoredEvent, compacted: dict[int, int], pinned: bool, keeps: dict[int, int]
+) -> ViewItem:
     evt = stored.event
     n = len(evt.parts) if isinstance(evt, Message) else 0
     refs = {i: PartRef(seq=stored.seq, index=i) for i in compacted if 0 <= i < n}
@@ -228,6 +235,7 @@ def _new_item(stored: StoredEvent, compacted: dict[int, int], pinned: bool) -> V
         part_tokens=[],
         compacted=refs,
         compacted_by={i: compacted[i] for i in refs},
+        kept={i: keeps[compacted[i]] for i in refs if compacted[i] in keeps},
         pinned=pinned,
     )
 
@@ -302,6 +310,7 @@ class ChainCheck:
             low = min(low, conds[i].event.forgotten_to)  # type: ignore[union-attr]
             self.min_fto_from[i] = low
         # Fingerprints wanted, by view seq.
+        self.keeps: dict[int, int] = {}  # keep_chars of the truncating prunes seen, by seq
         self.trackers: dict[str, _Tracker] = {}
         self.wanted: dict[int, set[str]] = {}
         self.fingerprints: dict[tuple[int, str], str] = {}
@@ -323,7 +332,7 @@ class ChainCheck:
                 continue
             opt_key = canonical_json(options.model_dump())
             if opt_key not in self.trackers:
-                self.trackers[opt_key] = _Tracker(report.session_id, options)
+                self.trackers[opt_key] = _Tracker(report.session_id, options, self.keeps)
             self.wanted.setdefault(view_seq, set()).add(opt_key)
             self.calls.append((stored, opt_key))
         self._fingerprints(0)
@@ -483,6 +492,8 @@ class ChainCheck:
                     self.pending.setdefault(eff, []).append((seq, r.idx))
 
     def _prune(self, seq: int, evt: Prune, created: datetime) -> None:
+        if evt.keep_chars is not None:
+            self.keeps[seq] = evt.keep_chars
         for ref in evt.targets:
             eff = self.effective.get((ref.seq, ref.index))
             if ref.seq >= seq or eff is None or eff > seq:

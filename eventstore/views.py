@@ -42,7 +42,7 @@ from .events import (
 )
 from .media import is_accepted
 from .records import StoredEvent
-from .tokens import MESSAGE_OVERHEAD, TokenCounter
+from .tokens import MESSAGE_OVERHEAD, TokenCounter, part_text
 
 __all__ = [
     "View",
@@ -192,6 +192,9 @@ class ViewRows:
     condensation."""
     rows_read: int = 0
     """Rows fetched."""
+    truncations: dict[int, int] = field(default_factory=dict)
+    """``keep_chars`` of the truncating prunes that compacted parts of these rows, by the
+    prune's seq."""
 
 
 @dataclass(slots=True)
@@ -206,6 +209,9 @@ class ViewItem:
     """Parts shown as a placeholder, by index, with the reference to the original."""
     compacted_by: dict[int, int] = field(default_factory=dict)
     """Seq of the prune that compacted each part in :attr:`compacted`, by index."""
+    kept: dict[int, int] = field(default_factory=dict)
+    """Compacted parts shown truncated instead (head and tail, ``keep_chars`` in all), by
+    index."""
     pinned: bool = False
     """Whether the item belongs to the pinned head."""
     tokens: int = 0
@@ -317,6 +323,28 @@ def placeholder_text(options: ViewOptions, ref: PartRef) -> str:
     return text
 
 
+def truncated_text(ref: PartRef, text: str, keep: int) -> str:
+    """The text shown for part ``ref`` truncated by a prune with ``keep_chars=keep``: its
+    first two thirds and last third of ``keep`` characters around a line that says how
+    much was left out and how to get it back."""
+    if len(text) <= keep:
+        return text
+    head = keep * 2 // 3
+    tail = keep - head
+    mark = (
+        f"[... {len(text) - keep:,} of {len(text):,} characters omitted; "
+        f'recall(ref="{ref.seq}:{ref.index}") returns the whole output ...]'
+    )
+    return f"{text[:head]}\n{mark}\n{text[len(text) - tail :]}"
+
+
+def _shown(options: ViewOptions, ref: PartRef, part: Any, keep: int | None) -> str:
+    """What a compacted part renders as: its truncation, or the placeholder."""
+    if keep is not None:
+        return truncated_text(ref, part_text(part), keep)
+    return placeholder_text(options, ref)
+
+
 def _refused_media(evt: Any, options: ViewOptions) -> set[int]:
     """Indexes of the message's attachments the model does not accept (``options.accepts``)."""
     if options.accepts is None or not isinstance(evt, Message):
@@ -385,7 +413,11 @@ def assemble(rows: ViewRows, options: ViewOptions | None, counter: TokenCounter)
                 item.compacted[idx] = ref
                 item.compacted_by[idx] = state.compacted_seq
                 prunes.add(state.compacted_seq)
-                tokens += counts(placeholder_text(options, ref))
+                keep = rows.truncations.get(state.compacted_seq)
+                if keep is not None:
+                    item.kept[idx] = keep
+                part = stored.event.parts[idx]  # type: ignore[union-attr]
+                tokens += counts(_shown(options, ref, part, keep))
             elif idx in refused:
                 tokens += counts(media_stand_in(stored.event.parts[idx]))  # type: ignore[union-attr]
             else:
@@ -469,13 +501,19 @@ def apply_event(view: View, event: Prune | Condensation, counter: TokenCounter) 
                 items.append(item)
                 continue
             new = replace(
-                item, compacted=dict(item.compacted), compacted_by=dict(item.compacted_by)
+                item,
+                compacted=dict(item.compacted),
+                compacted_by=dict(item.compacted_by),
+                kept=dict(item.kept),
             )
             for idx in hit:
                 ref = PartRef(seq=item.seq, index=idx)
                 new.compacted[idx] = ref
                 new.compacted_by[idx] = seq
-                new.tokens += counts(placeholder_text(options, ref)) - item.part_tokens[idx]
+                if event.keep_chars is not None:
+                    new.kept[idx] = event.keep_chars
+                text = _shown(options, ref, item.message.parts[idx], event.keep_chars)
+                new.tokens += counts(text) - item.part_tokens[idx]
             prunes.add(seq)
             items.append(new)
         return replace(view, seq=seq, items=items, prunes=sorted(prunes), _messages=None)
@@ -534,7 +572,9 @@ def _render(view: View) -> list[dict[str, Any]]:
     options = view.options
     null = options.render_version >= 2
 
-    def emit(msg: Message, compacted: dict[int, PartRef]) -> list[dict[str, Any]]:
+    def emit(
+        msg: Message, compacted: dict[int, PartRef], kept: dict[int, int] | None = None
+    ) -> list[dict[str, Any]]:
         refused = _refused_media(msg, options)
         if all(isinstance(p, ProviderPart) and p.provider != options.provider for p in msg.parts):
             if msg.parts:
@@ -547,7 +587,7 @@ def _render(view: View) -> list[dict[str, Any]]:
         def placeholder_for(index: int, part: Part) -> str | None:
             ref = compacted.get(index)
             if ref is not None:
-                return placeholder_text(options, ref)
+                return _shown(options, ref, part, (kept or {}).get(index))
             return media_stand_in(part) if index in refused else None
 
         return to_openai(
@@ -562,7 +602,7 @@ def _render(view: View) -> list[dict[str, Any]]:
     # with no result gets an explicit interrupted result, a result with no call is left
     # out (it stays in the log).
     # Queues per id: some agents reuse call ids within one history, so pairing is positional.
-    results: dict[str, list[tuple[Message, dict[int, PartRef]]]] = {}
+    results: dict[str, list[tuple[Message, dict[int, PartRef], dict[int, int]]]] = {}
     for item in view.items:
         msg = item.message
         for idx, p in enumerate(msg.parts):
@@ -575,8 +615,13 @@ def _render(view: View) -> list[dict[str, Any]]:
                     if msg.role == "tool"
                     else Message(role="tool", parts=[p])
                 )
+                keep = item.kept.get(idx)
                 results.setdefault(p.tool_call_id, []).append(
-                    (single, {0: ref} if ref is not None else {})
+                    (
+                        single,
+                        {0: ref} if ref is not None else {},
+                        {0: keep} if keep is not None else {},
+                    )
                 )
 
     out: list[dict[str, Any]] = []
@@ -599,7 +644,8 @@ def _render(view: View) -> list[dict[str, Any]]:
             continue
         if len(others) < len(msg.parts):
             msg = msg.model_copy(update={"parts": list(others.values())})
-        out.extend(emit(msg, item.compacted if len(others) == len(item.message.parts) else {}))
+        whole = len(others) == len(item.message.parts)
+        out.extend(emit(msg, item.compacted if whole else {}, item.kept if whole else {}))
         if msg.role == "assistant":
             for call in msg.tool_calls:
                 queue = results.get(call.id)

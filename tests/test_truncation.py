@@ -1,0 +1,82 @@
+"""One oversized tool result: shown as its head and tail, reversibly, before anything
+lossier (a prune with ``keep_chars``)."""
+
+from __future__ import annotations
+
+import json
+
+from condensers import CondensationPolicy, PlanContext, ResultTruncator
+from condensers.base import apply
+from eventstore import EventStore, Message, PartRef, Prune, ToolCallPart
+from eventstore.budget import Budget
+from eventstore.views import apply_event, truncated_text
+
+BUDGET = Budget(max_input_tokens=8_000, reserved_output=1_000, buffer=200)  # 6,800
+
+
+def _session(store: EventStore) -> tuple[str, str]:
+    """A short task whose newest step read a 20 KB file (about 5,000 tokens)."""
+    sid = store.create_session().id
+    store.append(sid, [Message.system("You fix bugs."), Message.user("Fix parser.py.")])
+    big = "".join(f"{i:5d}  line {i} of parser.py\n" for i in range(1_000))
+    call = ToolCallPart(id="c1", name="read_file", arguments=json.dumps({"path": "parser.py"}))
+    store.append(
+        sid, [Message.assistant("Reading it.", [call]), Message.tool("c1", big, name="read_file")]
+    )
+    return sid, big
+
+
+def test_an_oversized_newest_result_is_truncated_before_anything_lossier(
+    store: EventStore,
+) -> None:
+    sid, big = _session(store)
+    assert store.view(sid).tokens > BUDGET.available  # the newest result alone overflows
+    out = CondensationPolicy(BUDGET, token_counter=store.token_counter).maybe_condense(store, sid)
+    assert [s.condenser for s in out.steps] == ["truncate_large_results"]  # no summary
+    view = store.view(sid)
+    assert view.tokens <= BUDGET.available and view.condensation is None
+    shown = view.to_messages()[-1]["content"]
+    assert shown.startswith("    0  line 0 of parser.py")  # the head
+    assert shown.rstrip().endswith("line 999 of parser.py")  # the tail
+    assert f'of {len(big):,} characters omitted; recall(ref="4:0")' in shown
+    assert store.original(sid, PartRef(seq=4, index=0)).output == big  # reversible
+    assert store.verify(sid).ok
+
+
+def test_a_truncated_view_verifies_and_is_predicted_exactly(store: EventStore) -> None:
+    sid, big = _session(store)
+    view = store.view(sid)
+    ctx = PlanContext(token_counter=store.token_counter)
+    proposal = ResultTruncator().plan(view, BUDGET, ctx)
+    assert proposal is not None and isinstance(proposal.event, Prune)
+    assert proposal.event.keep_chars is not None
+    predicted = apply_event(view, proposal.event, store.token_counter)
+    apply(store, view, proposal)
+    after = store.view(sid)
+    assert after.tokens == predicted.tokens
+    assert after.to_messages() == predicted.to_messages()
+    # A model call recorded on the truncated view is re-derived by verify.
+    store.record_llm_call(sid, after, model="gpt-4o-mini")
+    report = store.verify(sid)
+    assert report.ok and report.llm_calls == 1, report.problems
+    # A fork sees the truncation it inherited.
+    fork = store.fork(sid, store.head(sid)).id
+    assert store.view(fork).to_messages() == after.to_messages()
+
+
+def test_small_results_and_protected_tools_are_left_alone(store: EventStore) -> None:
+    sid, _ = _session(store)
+    view = store.view(sid)
+    ctx = PlanContext(token_counter=store.token_counter)
+    assert ResultTruncator(protected_tools=["read_file"]).plan(view, BUDGET, ctx) is None
+    roomy = Budget(max_input_tokens=200_000, reserved_output=1_000)
+    assert ResultTruncator().plan(view, roomy, ctx) is None  # under a quarter of the budget
+
+
+def test_truncated_text_keeps_both_ends() -> None:
+    ref = PartRef(seq=9, index=1)
+    text = "a" * 600 + "b" * 600
+    out = truncated_text(ref, text, 300)
+    assert out.startswith("a" * 200) and out.endswith("b" * 100)
+    assert "900 of 1,200 characters omitted" in out and 'recall(ref="9:1")' in out
+    assert truncated_text(ref, "short", 300) == "short"
