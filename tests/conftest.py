@@ -199,6 +199,19 @@ def api_store(request: pytest.FixtureRequest, db_url: str) -> Iterator[Any]:
         s.close()
 
 
+@pytest.fixture(params=["sqlite", "postgres"])
+def empty_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """An empty database: a new SQLite file or a freshly created Postgres database."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'fresh.db'}"
+        return
+    url = fresh_pg_database()
+    try:
+        yield url
+    finally:
+        drop_pg_database(url)
+
+
 @pytest.fixture
 def own_db(db_url: str) -> Iterator[str]:
     """A database this test may tamper with: the per-test SQLite file or a fresh Postgres."""

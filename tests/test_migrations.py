@@ -11,7 +11,6 @@ import subprocess
 import sys
 import sysconfig
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
@@ -63,19 +62,6 @@ PG_TRIGGERS = {
     "fork_compactions_append_only",
     "sessions_feed",
 }
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def empty_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """An empty database: a new SQLite file or a freshly created Postgres database."""
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'fresh.db'}"
-        return
-    url = fresh_pg_database()
-    try:
-        yield url
-    finally:
-        drop_pg_database(url)
 
 
 def _tables(engine: Engine) -> set[str]:

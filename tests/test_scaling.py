@@ -43,18 +43,6 @@ if str(ROOT) not in sys.path:
 from benchmarks.replica_cluster import ClusterError, ReplicaCluster, find_bin_dir  # noqa: E402
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def empty_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'fresh.db'}"
-        return
-    url = fresh_pg_database()
-    try:
-        yield url
-    finally:
-        drop_pg_database(url)
-
-
 @pytest.fixture
 def pg_url() -> Iterator[str]:
     url = fresh_pg_database()
