@@ -54,7 +54,7 @@ from .events import (
     ToolResultPart,
     utcnow,
 )
-from .schema import blobs, events, sessions
+from .schema import _SQLITE_TRIGGERS, blobs, events, sessions
 
 if TYPE_CHECKING:
     from .codec import Encoded
@@ -196,15 +196,12 @@ def is_redacted(kind: str, payload: str) -> bool:
 def _guards(conn: Connection, on: bool) -> None:
     """Switch the append-only guard on ``events`` off and on again, inside the purge's
     transaction (DDL is transactional on both backends: a failed purge leaves it on)."""
-    from .schema import _SQLITE_TRIGGERS
-
     if conn.dialect.name == "postgresql":
         verb = "ENABLE" if on else "DISABLE"
         conn.execute(text(f"ALTER TABLE events {verb} TRIGGER events_append_only"))
         return
-    for name, ddl in _SQLITE_TRIGGERS:
-        if name == "events_append_only_update":
-            conn.execute(text(ddl if on else f"DROP TRIGGER IF EXISTS {name}"))
+    ddl = dict(_SQLITE_TRIGGERS)["events_append_only_update"]
+    conn.execute(text(ddl if on else "DROP TRIGGER IF EXISTS events_append_only_update"))
 
 
 def purge_rows(
