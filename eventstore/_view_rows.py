@@ -73,27 +73,28 @@ def _truncations(
     conn: Connection, segments: Sequence[Segment], part_states: dict[int, dict[int, PartState]]
 ) -> dict[int, int]:
     """``keep_chars`` of the truncating prunes among those that compacted the view's parts
-    (a primary-key probe per distinct prune, only when parts are compacted at all)."""
-    stamps = sorted(
-        {st.compacted_seq for d in part_states.values() for st in d.values() if st.compacted_seq}
-    )
+    (one primary-key read per lineage session holding such prunes, only when parts are
+    compacted at all)."""
+    by_owner: dict[str, list[int]] = {}
+    for d in part_states.values():
+        for st in d.values():
+            owner = owner_of(segments, st.compacted_seq) if st.compacted_seq else None
+            if owner is not None:
+                by_owner.setdefault(owner, []).append(st.compacted_seq)  # type: ignore[arg-type]
     out: dict[int, int] = {}
-    for stamp in stamps:
-        owner = owner_of(segments, stamp)
-        if owner is None:
-            continue
-        row = conn.execute(
-            select(events.c.payload).where(
+    for owner, stamps in by_owner.items():
+        rows = conn.execute(
+            select(events.c.seq, events.c.payload).where(
                 events.c.session_id == owner,
-                events.c.seq == stamp,
+                events.c.seq.in_(sorted(set(stamps))),
                 events.c.kind == "prune",
                 events.c.payload.contains('"keep_chars":'),
             )
-        ).first()
-        if row is not None:
+        )
+        for row in rows:
             keep = json.loads(row.payload).get("keep_chars")
             if isinstance(keep, int):
-                out[stamp] = keep
+                out[row.seq] = keep
     return out
 
 
