@@ -62,6 +62,9 @@ class PlanContext:
         force: Condense even when the view is under target (manual requests, overflows).
         min_gain: Write nothing when the whole run would free less than this fraction of
             the view and the view already fits the budget (``0``: no minimum).
+        intake: Only act on what the model has not been sent yet (the results of its
+            newest calls), so nothing already in the provider's prompt cache changes: the
+            pass a policy runs on every check.
     """
 
     trigger: Trigger = "threshold"
@@ -71,6 +74,7 @@ class PlanContext:
     token_counter: TokenCounter = field(default_factory=HeuristicTokenCounter)
     force: bool = False
     min_gain: float = 0.0
+    intake: bool = False
 
     def target(self, budget: Budget, fraction: float = 0.5) -> int:
         """The target in tokens: explicit, or ``fraction`` of the budget."""

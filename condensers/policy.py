@@ -14,10 +14,14 @@ pipeline:
   of what was sent and retry once.
 
 Every condensation rewrites the prompt prefix, which costs the provider's prompt cache
-the whole view. So the policy condenses as rarely as it can: after a condensation the
-threshold waits until ``regrow`` of the budget is new (a view over the budget condenses at
-once), and a threshold or count run that would free less than ``min_gain`` of a view that
-still fits writes nothing. A summary is cut down (:func:`condensers.base.fit_summary`)
+the whole view. So the policy condenses as rarely as it can: by default only when the view
+no longer fits (``threshold=1.0``: the budget already sets aside the reply and a margin);
+with a lower threshold, after a condensation it waits until ``regrow`` of the budget is new
+(a view over the budget condenses at once); and a threshold or count run that would free
+less than ``min_gain`` of a view that still fits writes nothing. On every check, tool
+results the model has not seen yet are held to the pipeline's
+:class:`~condensers.ResultTruncator` fresh cap first (they were never sent, so this
+changes no cached prefix). A summary is cut down (:func:`condensers.base.fit_summary`)
 rather than push a view that could fit over the budget.
 
 A circuit breaker stops automatic (threshold and count) condensation after
@@ -57,7 +61,7 @@ from eventstore.views import llm_call_events
 from ._io import Complete, Routine, adrive, append, drive, read_view
 from .base import PlanContext, Trigger
 from .pipeline import Outcome, Pipeline, default_pipeline
-from .pruning import ToolOutputPruner
+from .pruning import ResultTruncator, ToolOutputPruner, unseen_seqs
 
 if TYPE_CHECKING:
     from eventstore.budget import Budget
@@ -136,7 +140,9 @@ class CondensationPolicy:
     Args:
         budget: The agent model's budget.
         pipeline: The strategies (default: :func:`default_pipeline`, offline).
-        threshold: Condense when the view exceeds this fraction of the budget.
+        threshold: Condense when the view exceeds this fraction of the budget (default
+            1.0: when it no longer fits; lower values condense ahead, at the price of more
+            condensations and prompt-cache misses).
         target: Aim for this fraction of the budget after condensing.
         max_events: Condense when the view holds more messages than this (``None``: off).
         regrow: Hysteresis, as a fraction of the budget: after a condensation the
@@ -163,7 +169,7 @@ class CondensationPolicy:
         budget: Budget,
         pipeline: Pipeline | None = None,
         *,
-        threshold: float = 0.8,
+        threshold: float = 1.0,
         target: float = 0.5,
         max_events: int | None = None,
         regrow: float | None = None,
@@ -348,12 +354,18 @@ class CondensationPolicy:
         drivers). With ``trigger`` it condenses whatever the thresholds say."""
         if view is None:
             view = yield from read_view(session_id, self.options)
+        capped: Outcome | None = None
         if trigger is None:
+            # Unseen results first: capping them changes no cached prefix, and may make
+            # a condensation (which would) unnecessary.
+            capped = yield from self._intake(session_id, view)
+            if capped is not None and capped.view is not None:
+                view = capped.view
             size = view.measured_tokens() if self.use_usage else None
             decision = self.decide(view, self.pending_requests(view), size)
             if decision.trigger is None:
                 skipped = "circuit_open" if self.is_open(session_id) else "under_threshold"
-                return _idle(view, self, skipped)
+                return capped if capped is not None else _idle(view, self, skipped)
         else:
             target = min(self.budget.fraction(self.target), view.tokens // 2)
             decision = Decision(trigger, focus, target_tokens=target, force=True)
@@ -375,6 +387,29 @@ class CondensationPolicy:
             lost.trigger = decision.trigger
             lost.conflicts = self.pipeline.max_conflicts + 1
             return lost
+        if capped is not None:
+            out.tokens_before = capped.tokens_before
+            out.steps[:0] = capped.steps
+        return out
+
+    def _intake(self, session_id: str, view: View) -> Routine[Outcome | None]:
+        """Cap the results the model has not seen yet (see :class:`ResultTruncator`),
+        when nothing else runs: they were never sent, so no cached prefix changes."""
+        steps = [s for s in self.pipeline.steps if isinstance(s, ResultTruncator)]
+        if not steps or not unseen_seqs(view):
+            return None
+        ctx = PlanContext(
+            trigger="threshold", target_tokens=0, intake=True, token_counter=self.token_counter
+        )
+        try:
+            out = yield from self.pipeline.routine(
+                session_id, self.budget, ctx, self.options, steps, view, catch=True
+            )
+        except ConflictError:
+            return None  # another writer moved on; the next check caps what is unseen then
+        if not out.steps:
+            return None
+        out.trigger = None
         return out
 
     # -- breaker and requests

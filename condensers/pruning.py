@@ -17,6 +17,7 @@ documented defaults (sized for 100k-200k windows) still behave sensibly on a 8k 
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
@@ -320,13 +321,24 @@ class ResultTruncator:
     ``recall`` reference that returns it whole: a prune with ``keep_chars``, so the
     original stays in the log. It runs before anything lossier.
 
+    Results the model has not seen yet (those after the view's newest assistant message)
+    are also held to ``fresh_fraction`` of the *conversation room*: the available tokens
+    minus the pinned head and the summary. Truncating a result before it is first sent
+    costs no prompt-cache break, and one large observation no longer fills a small room by
+    itself, which would force a condensation (and a break) on the very next turn. A
+    :class:`~condensers.CondensationPolicy` applies this cap on every check, even when
+    nothing else needs doing.
+
     Args:
         max_fraction: A result over this fraction of the budget's available tokens is
             oversized.
         keep_fraction: How much of the budget a truncated result keeps.
-        min_tokens: Results under this many tokens are never truncated, whatever the
-            budget.
+        min_tokens: Results under this many tokens are never truncated by the
+            ``max_fraction`` rule, whatever the budget.
         protected_tools: Tool names whose results are never truncated.
+        fresh_fraction: Largest share of the conversation room an unseen result may take
+            (``None``: no cap on unseen results).
+        fresh_min_tokens: Unseen results under this many tokens are never truncated.
     """
 
     name = "truncate_large_results"
@@ -338,16 +350,26 @@ class ResultTruncator:
         keep_fraction: float = 0.1,
         min_tokens: int = 500,
         protected_tools: Iterable[str] = (),
+        fresh_fraction: float | None = 0.25,
+        fresh_min_tokens: int = 64,
     ) -> None:
         if not 0 < keep_fraction < max_fraction <= 1:
             raise ConfigurationError(
                 "need 0 < keep_fraction < max_fraction <= 1, got "
                 f"keep_fraction={keep_fraction}, max_fraction={max_fraction}"
             )
+        if fresh_fraction is not None and not 0 < fresh_fraction <= 1:
+            raise ConfigurationError(
+                f"fresh_fraction must be in (0, 1] or None, got {fresh_fraction}"
+            )
+        if fresh_min_tokens < 16:
+            raise ConfigurationError(f"fresh_min_tokens must be >= 16, got {fresh_min_tokens}")
         self.max_fraction = max_fraction
         self.keep_fraction = keep_fraction
         self.min_tokens = min_tokens
         self.protected_tools = frozenset(protected_tools)
+        self.fresh_fraction = fresh_fraction
+        self.fresh_min_tokens = fresh_min_tokens
 
     def settings(self) -> dict[str, Any]:
         return {
@@ -355,19 +377,43 @@ class ResultTruncator:
             "keep_fraction": self.keep_fraction,
             "min_tokens": self.min_tokens,
             "protected_tools": sorted(self.protected_tools),
+            "fresh_fraction": self.fresh_fraction,
+            "fresh_min_tokens": self.fresh_min_tokens,
         }
 
+    def fresh_limit(self, view: View, budget: Budget) -> int | None:
+        """Tokens an unseen result may take in ``view`` (``None``: no cap)."""
+        if self.fresh_fraction is None:
+            return None
+        pinned = sum(i.tokens for i in view.items if i.pinned)
+        room = budget.available - pinned - view.summary_tokens - view.extra_tokens
+        return max(math.floor(room * self.fresh_fraction), self.fresh_min_tokens)
+
     def plan(self, view: View, budget: Budget, ctx: PlanContext) -> Proposal | None:
+        """Truncate oversized results (unless ``ctx.intake``) and unseen results over the
+        fresh cap; one prune, each target cut to the smaller ``keep_chars`` that applies."""
         started = time.perf_counter()
         limit = max(budget.fraction(self.max_fraction), self.min_tokens)
         # About keep_fraction of the budget in characters (four a token, as estimated).
         keep = max(budget.fraction(self.keep_fraction) * 4, 64)
+        fresh = self.fresh_limit(view, budget)
+        unseen = unseen_seqs(view) if fresh is not None else set()
+        fresh_keep = max((fresh or 0) * 4, 64)
+        if unseen and fresh is not None and fresh_keep < keep:
+            # One prune carries one keep_chars: when the room is smaller than the budget
+            # share, every result this prune cuts keeps the smaller size.
+            keep = fresh_keep
         targets: list[PartRef] = []
         freed = 0
         for item in view.items:
+            is_unseen = item.seq in unseen
+            if ctx.intake and not is_unseen:
+                continue
             for idx, part in _candidates(item, self.protected_tools, _PRUNABLE):
                 tokens = item.part_tokens[idx]
-                if tokens <= limit or keep >= len(part.output):
+                over = tokens > limit and not ctx.intake
+                over_fresh = is_unseen and fresh is not None and tokens > fresh
+                if not (over or over_fresh) or keep >= len(part.output):
                     continue
                 ref = PartRef(seq=item.seq, index=idx)
                 gain = tokens - ctx.token_counter.count(truncated_text(ref, part.output, keep))
@@ -379,3 +425,14 @@ class ResultTruncator:
         proposal = _prune_proposal(self.name, self.settings(), view, targets, freed, ctx, started)
         proposal.event.keep_chars = keep  # type: ignore[union-attr]
         return proposal
+
+
+def unseen_seqs(view: View) -> set[int]:
+    """Seqs of the view's messages after its newest assistant message: what the model has
+    not been sent yet (the results of its latest calls, and anything after them)."""
+    seqs: set[int] = set()
+    for item in reversed(view.items):
+        if item.message.role == "assistant" or item.pinned:
+            return seqs
+        seqs.add(item.seq)
+    return set()  # no assistant message yet: nothing was ever answered

@@ -147,7 +147,9 @@ def test_a_run_that_leaves_the_view_fitting_is_not_a_failure(store: EventStore) 
     budget = _budget()
     store.append(sid, [Message.system("rules " * 3700), Message.user("go")])  # ~5,550 pinned
     store.append(sid, [Message.assistant("a " * 300)])
-    policy = CondensationPolicy(budget, max_failures=1, token_counter=store.token_counter)
+    policy = CondensationPolicy(
+        budget, threshold=0.8, max_failures=1, token_counter=store.token_counter
+    )
     view = store.view(sid)
     assert budget.fraction(0.8) < view.tokens <= budget.available
     out = policy.maybe_condense(store, sid)

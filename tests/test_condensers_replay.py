@@ -70,7 +70,10 @@ def irreducible(view: Any, budget: Budget) -> bool:
 def replay(store: EventStore, path: Path, budget: Budget) -> dict[str, Any]:
     messages = load_swe_agent(path)
     sid = store.create_session(title=path.stem).id
-    policy = CondensationPolicy(budget, token_counter=store.token_counter, max_failures=1000)
+    # Condensing early (at 80%) makes every run of the corpus condense at this window.
+    policy = CondensationPolicy(
+        budget, threshold=0.8, token_counter=store.token_counter, max_failures=1000
+    )
     stats: dict[str, Any] = {"condensations": 0, "prunes": 0, "over": 0, "checks": 0}
     for msg in messages:
         if msg.role == "assistant":

@@ -43,8 +43,10 @@ def _replay(store: EventStore, policy: CondensationPolicy, turns: int) -> tuple[
 
 
 def test_hysteresis_waits_for_growth_after_a_condensation(store: EventStore) -> None:
-    eager = CondensationPolicy(_budget(), regrow=0.0, token_counter=store.token_counter)
-    patient = CondensationPolicy(_budget(), token_counter=store.token_counter)
+    eager = CondensationPolicy(
+        _budget(), threshold=0.8, regrow=0.0, token_counter=store.token_counter
+    )
+    patient = CondensationPolicy(_budget(), threshold=0.8, token_counter=store.token_counter)
     assert patient.regrow == 0.8 - 0.5  # default: what a fresh cycle grows by
     n_eager, big_eager = _replay(store, eager, 40)
     n_patient, big_patient = _replay(store, patient, 40)
@@ -77,9 +79,9 @@ def test_a_run_that_frees_too_little_writes_nothing(store: EventStore) -> None:
     view = store.view(sid)
     assert budget.fraction(0.8) < view.tokens <= budget.available
     window = registry.pipeline(["window"])  # forgets the small middle, adds a short note
-    out = CondensationPolicy(budget, window).maybe_condense(store, sid)
+    out = CondensationPolicy(budget, window, threshold=0.8).maybe_condense(store, sid)
     assert not out.condensed and out.skipped == "too_little"
-    forced = CondensationPolicy(budget, window, min_gain=0.0)
+    forced = CondensationPolicy(budget, window, threshold=0.8, min_gain=0.0)
     assert forced.maybe_condense(store, sid).condensed
 
 
@@ -148,9 +150,11 @@ def test_recorded_usage_triggers_what_the_estimate_misses(store: EventStore) -> 
     budget = _budget()
     sid, estimate = _with_usage(store, prompt_tokens=3_000)  # the provider counted more
     assert estimate < budget.fraction(0.8)
-    blind = CondensationPolicy(budget, use_usage=False, token_counter=store.token_counter)
+    blind = CondensationPolicy(
+        budget, threshold=0.8, use_usage=False, token_counter=store.token_counter
+    )
     assert blind.maybe_condense(store, sid).trigger is None
-    informed = CondensationPolicy(budget, token_counter=store.token_counter)
+    informed = CondensationPolicy(budget, threshold=0.8, token_counter=store.token_counter)
     assert store.calibrated_tokens(store.view(sid)) > budget.fraction(0.8)
     out = informed.maybe_condense(store, sid)
     assert out.trigger == "threshold" and out.condensed
@@ -189,10 +193,12 @@ def test_recorded_usage_holds_back_what_the_estimate_overrates(store: EventStore
             Message.assistant("ok"),
         ],
     )
-    policy = CondensationPolicy(budget, token_counter=store.token_counter)
+    policy = CondensationPolicy(budget, threshold=0.8, token_counter=store.token_counter)
     out = policy.maybe_condense(store, sid)
     assert out.trigger is None and out.skipped == "under_threshold"
-    blind = CondensationPolicy(budget, use_usage=False, token_counter=store.token_counter)
+    blind = CondensationPolicy(
+        budget, threshold=0.8, use_usage=False, token_counter=store.token_counter
+    )
     assert blind.maybe_condense(store, sid).trigger == "threshold"
 
 
@@ -234,3 +240,27 @@ def test_a_squeezed_summary_carries_its_facts_to_the_next_one(store: EventStore)
     later_whole = view.condensation.event.carried or later
     assert all(p in later_whole for p in hidden)  # nothing lost for good
     assert sum(p in later for p in hidden) >= len(hidden) // 2  # and shown again with room
+
+
+def test_the_default_condenses_only_when_the_view_no_longer_fits(store: EventStore) -> None:
+    """The budget already sets aside the reply and a margin: a view at 90% is sent as it
+    is (no new prompt prefix), one over the budget is condensed."""
+    budget = _budget()
+    sid = store.create_session().id
+    store.append(sid, [Message.system("sys"), Message.user("Fix the bug.")])
+    i = 0
+    while store.view(sid).tokens <= budget.fraction(0.85):
+        _turn(store, sid, i, words=60)
+        i += 1
+    assert store.view(sid).tokens <= budget.available
+    policy = CondensationPolicy(budget, token_counter=store.token_counter)
+    assert policy.threshold == 1.0
+    out = policy.maybe_condense(store, sid)
+    assert out.trigger is None and out.skipped == "under_threshold"
+    ahead = CondensationPolicy(budget, threshold=0.8, token_counter=store.token_counter)
+    assert ahead.decide(store.view(sid)).trigger == "threshold"  # what condensing ahead does
+    while store.view(sid).tokens <= budget.available:
+        _turn(store, sid, i, words=60)
+        i += 1
+    out = policy.maybe_condense(store, sid)
+    assert out.trigger == "threshold" and out.condensed and out.fits

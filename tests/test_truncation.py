@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from condensers import CondensationPolicy, PlanContext, ResultTruncator
+from condensers import CondensationPolicy, Pipeline, PlanContext, ResultTruncator
 from condensers.base import apply
 from eventstore import EventStore, Message, PartRef, Prune, ToolCallPart
 from eventstore.budget import Budget
@@ -80,3 +80,77 @@ def test_truncated_text_keeps_both_ends() -> None:
     assert out.startswith("a" * 200) and out.endswith("b" * 100)
     assert "900 of 1,200 characters omitted" in out and 'recall(ref="9:1")' in out
     assert truncated_text(ref, "short", 300) == "short"
+
+
+def _observe(store: EventStore, sid: str, i: int, output: str) -> None:
+    call = ToolCallPart(id=f"r{i}", name="run", arguments=json.dumps({"cmd": f"step {i}"}))
+    store.append(
+        sid, [Message.assistant(f"Step {i}.", [call]), Message.tool(f"r{i}", output, name="run")]
+    )
+
+
+def test_an_unseen_result_is_capped_on_a_check_under_the_threshold(store: EventStore) -> None:
+    """A result the model has not been sent yet, larger than a quarter of the room the head
+    leaves, is cut before it is first sent: the next turn still extends the previous one."""
+    sid = store.create_session().id
+    head = "You fix bugs. " + "Rules. " * 1_500  # about 2,600 tokens of a 6,800 budget
+    store.append(sid, [Message.system(head), Message.user("Fix parser.py.")])
+    policy = CondensationPolicy(BUDGET, token_counter=store.token_counter)
+    _observe(store, sid, 0, "ok\n" * 50)
+    assert not policy.maybe_condense(store, sid).condensed  # small: left alone
+    sent = store.view(sid).to_messages()
+    log = "".join(f"{i:4d} test_{i} PASSED\n" for i in range(500))
+    _observe(store, sid, 1, log)
+    view = store.view(sid)
+    room = BUDGET.available - sum(i.tokens for i in view.items if i.pinned)
+    assert view.items[-1].tokens > room // 4 and view.tokens <= BUDGET.available
+    out = policy.maybe_condense(store, sid)
+    assert [s.condenser for s in out.steps] == ["truncate_large_results"]  # nothing lossier
+    after = store.view(sid)
+    assert after.condensation is None and after.tokens <= BUDGET.available
+    newest = after.items[-1]
+    assert newest.tokens <= room // 4 + 60  # the cap, plus the marker line
+    messages = after.to_messages()
+    assert messages[: len(sent)] == sent  # the cached prefix is untouched
+    shown = messages[-1]["content"]
+    assert shown.startswith("   0 test_0 PASSED") and "499 test_499 PASSED" in shown
+    ref = PartRef(seq=newest.seq, index=0)
+    assert f'recall(ref="{ref.seq}:0")' in shown
+    assert store.original(sid, ref).output == log  # reversible
+    assert store.verify(sid).ok
+
+
+def test_results_already_sent_are_not_capped_on_intake(store: EventStore) -> None:
+    """Only what follows the newest assistant message is unseen: once the model replied,
+    an earlier result stays as it was sent until a real condensation run."""
+    sid = store.create_session().id
+    store.append(sid, [Message.system("You fix bugs."), Message.user("Fix parser.py.")])
+    log = "".join(f"{i:4d} test_{i} PASSED\n" for i in range(700))  # over a quarter
+    uncapped = ResultTruncator(fresh_fraction=None)
+    policy = CondensationPolicy(
+        BUDGET, registry_pipeline([uncapped]), token_counter=store.token_counter
+    )
+    _observe(store, sid, 0, log)
+    assert store.view(sid).items[-1].tokens > BUDGET.available // 4
+    assert not policy.maybe_condense(store, sid).condensed  # no cap configured
+    store.append(sid, [Message.assistant("All green.")])  # the model has seen it now
+    capped = CondensationPolicy(BUDGET, token_counter=store.token_counter)
+    out = capped.maybe_condense(store, sid)
+    assert not out.condensed and out.skipped == "under_threshold"
+    assert store.view(sid).prunes == []
+
+
+def test_fresh_cap_settings_are_checked() -> None:
+    import pytest
+
+    from eventstore import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match="fresh_fraction"):
+        ResultTruncator(fresh_fraction=0.0)
+    with pytest.raises(ConfigurationError, match="fresh_min_tokens"):
+        ResultTruncator(fresh_min_tokens=2)
+    assert ResultTruncator().settings()["fresh_fraction"] == 0.25
+
+
+def registry_pipeline(steps: list[ResultTruncator]) -> Pipeline:
+    return Pipeline(list(steps))

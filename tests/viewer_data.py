@@ -44,7 +44,10 @@ def replay_trajectory(store: EventStore, path: Path) -> str:
     the policy may condense, then the view sent is recorded, then the reply appended."""
     transcript = load_transcripts(path, "swe-agent")[0]
     sid = store.create_session(title=transcript.title, metadata=transcript.metadata).id
-    policy = CondensationPolicy(WINDOW, token_counter=store.token_counter, max_failures=1000)
+    # Condensing early (at 80%) makes the chart show real condensations.
+    policy = CondensationPolicy(
+        WINDOW, threshold=0.8, token_counter=store.token_counter, max_failures=1000
+    )
     for evt in transcript.events:
         if isinstance(evt, Message) and evt.role == "assistant":
             out = policy.maybe_condense(store, sid)

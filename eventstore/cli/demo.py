@@ -232,6 +232,9 @@ def run_demo(
                 store.append(sid, tools)
             if progress is not None:
                 progress(turn.index + 1, len(script.turns))
+        # The final view is what the next model call would be sent: checked like every
+        # other turn's.
+        policy.maybe_condense(store, sid)
         t2 = time.perf_counter()
         summarize(store, sid, report, budget, script)
         report.seconds = {
