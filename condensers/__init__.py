@@ -30,7 +30,7 @@ from .policy import (
     complete,
     is_context_window_error,
 )
-from .pruning import ObservationMasker, ResultTruncator, ToolOutputPruner
+from .pruning import HeadTruncator, ObservationMasker, ResultTruncator, ToolOutputPruner
 from .summarizing import (
     HEADINGS,
     TEMPLATE_VERSION,
@@ -57,6 +57,7 @@ __all__ = [
     "Decision",
     "ExtractiveCondenser",
     "ExtractiveSummarizer",
+    "HeadTruncator",
     "LLMSummarizer",
     "LLMSummaryCondenser",
     "ObservationMasker",

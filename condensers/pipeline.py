@@ -18,7 +18,7 @@ from eventstore.views import apply_event
 
 from ._io import Routine, Work, adrive, append, drive, read_view
 from .base import Condenser, PlanContext, Proposal
-from .pruning import ObservationMasker, ResultTruncator, ToolOutputPruner
+from .pruning import HeadTruncator, ObservationMasker, ResultTruncator, ToolOutputPruner
 from .summarizing import ExtractiveCondenser, LLMSummaryCondenser, SummarizingCondenser
 from .window import WindowCondenser
 
@@ -330,9 +330,11 @@ def default_pipeline(
        and tail with the way back),
     3. a summary: :class:`LLMSummaryCondenser` with ``model`` (falling back to the
        extractive summary on any failure), or :class:`ExtractiveCondenser` offline,
-    4. :class:`WindowCondenser` as the last guard when the summary alone cannot reach
+    4. :class:`WindowCondenser` as the guard when the summary alone cannot reach
        the target (it carries the summary forward, with the facts of what it forgets
-       folded in).
+       folded in),
+    5. :class:`HeadTruncator`, only when the pinned head itself leaves the view no room
+       (its texts shown as head and tail, reversibly).
 
     Args:
         model: Summary model; ``None`` keeps everything offline and free.
@@ -351,6 +353,7 @@ def default_pipeline(
             ResultTruncator(),
             summary,
             WindowCondenser(target_fraction=target_fraction, fold=True),
+            HeadTruncator(),
         ],
         target_fraction=target_fraction,
     )

@@ -23,8 +23,8 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from eventstore.errors import ConfigurationError
-from eventstore.events import PartRef, Prune, ToolResultPart
-from eventstore.views import placeholder_text, truncated_text
+from eventstore.events import PartRef, Prune, TextPart, ToolResultPart
+from eventstore.views import is_marked_task, placeholder_text, truncated_text
 
 from .base import PlanContext, Proposal
 
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from eventstore.budget import Budget
     from eventstore.views import View, ViewItem
 
-__all__ = ["ToolOutputPruner", "ObservationMasker", "ResultTruncator"]
+__all__ = ["ToolOutputPruner", "ObservationMasker", "ResultTruncator", "HeadTruncator"]
 
 
 def _placeholder_tokens(view: View, ctx: PlanContext, ref: PartRef) -> int:
@@ -436,3 +436,126 @@ def unseen_seqs(view: View) -> set[int]:
             return seqs
         seqs.add(item.seq)
     return set()  # no assistant message yet: nothing was ever answered
+
+
+class HeadTruncator:
+    """Cut the pinned head to its head and tail when it leaves the view no room, reversibly.
+
+    Every other step keeps the pinned head (system prompt, task, any demonstration before
+    it) verbatim, so a head that alone exceeds the budget (a long system prompt on a small
+    model, a pasted document as the task) would send every later view over the budget.
+    Run last, this step cuts the largest pinned texts to their
+    first two thirds and last third around the line that states the size and the ``recall``
+    reference (a prune with ``keep_chars``: the originals stay in the log), keeping as
+    much as still brings the view down to the run's target. It writes only when the pinned
+    head alone is over the budget, so it says so once: the head leaves room for the
+    conversation afterwards. (A head that fits but leaves no room for the newest message
+    group is kept verbatim: the view goes out over the budget, as no step could avoid.)
+
+    What it cuts first: pinned user messages before the task (demonstrations, templates),
+    then the system prompt, then the task itself (a message an importer marked, else the
+    last pinned user message), each group only when the ones before cannot free enough.
+
+    Args:
+        min_keep_chars: Fewest characters a cut text keeps.
+    """
+
+    name = "truncate_pinned_head"
+
+    def __init__(self, *, min_keep_chars: int = 400) -> None:
+        if min_keep_chars < 64:
+            raise ConfigurationError(f"min_keep_chars must be >= 64, got {min_keep_chars}")
+        self.min_keep_chars = min_keep_chars
+
+    def settings(self) -> dict[str, Any]:
+        return {"min_keep_chars": self.min_keep_chars}
+
+    def plan(self, view: View, budget: Budget, ctx: PlanContext) -> Proposal | None:
+        started = time.perf_counter()
+        head = sum(i.tokens for i in view.items if i.pinned)
+        if head <= budget.available or view.tokens <= budget.available:
+            return None
+        # Down to the run's target, not just under the budget: cut just to fit, the next
+        # turn would overflow again and cut again.
+        need = view.tokens - min(ctx.target(budget), budget.available)
+        groups = _head_groups(view)
+        chosen: list[tuple[PartRef, str, int]] = []
+        for group in groups:
+            chosen.extend(group)
+            keep = _largest_keep(chosen, need, self.min_keep_chars, ctx)
+            if keep is not None:
+                break
+        else:
+            keep = self.min_keep_chars  # cut everything as far as allowed: the closest fit
+        targets: list[PartRef] = []
+        freed = 0
+        for ref, text, tokens in chosen:
+            if len(text) <= keep:
+                continue
+            gain = tokens - ctx.token_counter.count(truncated_text(ref, text, keep))
+            if gain > 0:
+                targets.append(ref)
+                freed += gain
+        if not targets:
+            return None
+        note = (
+            f"the pinned head ({head:,} tokens) leaves no room in the budget "
+            f"({budget.available:,} available): {len(targets)} pinned text(s) cut to "
+            f"{keep:,} characters"
+        )
+        proposal = _prune_proposal(self.name, self.settings(), view, targets, freed, ctx, started)
+        evt = proposal.event
+        assert isinstance(evt, Prune)
+        evt.keep_chars = keep
+        evt.note = note
+        proposal.notes.append(note)
+        return proposal
+
+
+def _head_groups(view: View) -> list[list[tuple[PartRef, str, int]]]:
+    """Pinned text parts in the order :class:`HeadTruncator` may cut them, largest first in
+    each group: context before the task, the system prompt, the task."""
+    pinned = [i for i in view.items if i.pinned]
+    users = [i for i in pinned if i.message.role == "user"]
+    marked = [i for i in users if is_marked_task(i.message)]
+    tasks = {i.seq for i in marked} or ({users[-1].seq} if users else set())
+    context: list[tuple[PartRef, str, int]] = []
+    system: list[tuple[PartRef, str, int]] = []
+    task: list[tuple[PartRef, str, int]] = []
+    for item in pinned:
+        for idx, part in enumerate(item.message.parts):
+            if not isinstance(part, TextPart) or idx in item.compacted:
+                continue
+            entry = (PartRef(seq=item.seq, index=idx), part.text, item.part_tokens[idx])
+            if item.seq in tasks:
+                task.append(entry)
+            elif item.message.role == "system":
+                system.append(entry)
+            else:
+                context.append(entry)
+    return [sorted(g, key=lambda e: -e[2]) for g in (context, system, task) if g]
+
+
+def _largest_keep(
+    chosen: list[tuple[PartRef, str, int]], need: int, floor: int, ctx: PlanContext
+) -> int | None:
+    """The most characters each chosen text may keep while freeing ``need`` tokens, or
+    ``None`` when even ``floor`` characters free too little."""
+
+    def freed(keep: int) -> int:
+        total = 0
+        for ref, text, tokens in chosen:
+            if len(text) > keep:
+                total += max(tokens - ctx.token_counter.count(truncated_text(ref, text, keep)), 0)
+        return total
+
+    if freed(floor) < need:
+        return None
+    lo, hi = floor, max((len(text) for _, text, _ in chosen), default=floor)
+    while lo < hi:  # the largest keep that still frees enough (freed shrinks as keep grows)
+        mid = (lo + hi + 1) // 2
+        if freed(mid) >= need:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo

@@ -9,7 +9,7 @@
     registry.strategy("window", max_interactions=20)  # one strategy, with its options
 
 Names: ``prune`` (:class:`ToolOutputPruner`), ``mask`` (:class:`ObservationMasker`),
-``truncate_results`` (:class:`ResultTruncator`),
+``truncate_results`` (:class:`ResultTruncator`), ``truncate_head`` (:class:`HeadTruncator`),
 ``summarize`` (:class:`ExtractiveCondenser`, or :class:`LLMSummaryCondenser` when a
 ``model`` is given), ``llm`` (:class:`LLMSummaryCondenser`, needs ``model``), ``window``
 (:class:`WindowCondenser`) and ``truncate`` (a window that keeps 70% of the budget and says
@@ -25,7 +25,7 @@ from eventstore.errors import ConfigurationError
 
 from .base import Condenser
 from .pipeline import Pipeline
-from .pruning import ObservationMasker, ResultTruncator, ToolOutputPruner
+from .pruning import HeadTruncator, ObservationMasker, ResultTruncator, ToolOutputPruner
 from .summarizing import ExtractiveCondenser, LLMSummaryCondenser
 from .window import TRUNCATION_NOTE, WindowCondenser
 
@@ -54,6 +54,7 @@ STRATEGIES: dict[str, Factory] = {
     "prune": ToolOutputPruner,
     "mask": ObservationMasker,
     "truncate_results": ResultTruncator,
+    "truncate_head": HeadTruncator,
     "summarize": _summarize,
     "llm": _llm,
     "window": WindowCondenser,
@@ -66,6 +67,7 @@ _TAKES = {
     "prune": (),
     "mask": (),
     "truncate_results": (),
+    "truncate_head": (),
     "summarize": ("model", "target_fraction"),
     "llm": ("model", "target_fraction"),
     "window": ("target_fraction",),

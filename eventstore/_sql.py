@@ -533,9 +533,13 @@ def _apply_prune(
                 )
             ).first()
         )
-        if row is None or row.type != "tool_result":
+        # A placeholder replaces tool results only; a truncation (keep_chars) may also cut
+        # a message's text (a pinned head too large for the budget).
+        allowed = ("tool_result",) if prune.keep_chars is None else ("tool_result", "text")
+        if row is None or row.type not in allowed:
+            what = "tool result" if prune.keep_chars is None else "tool result or text"
             raise InvalidEventError(
-                f"prune.targets: seq {ref.seq} part {ref.index} is not a stored tool result"
+                f"prune.targets: seq {ref.seq} part {ref.index} is not a stored {what}"
             )
         if owner == session_id:
             conn.execute(

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from condensers import CondensationPolicy
-from eventstore import EventStore, Message, ToolCallPart
+from eventstore import EventStore, InvalidEventError, Message, PartRef, Prune, ToolCallPart
 from eventstore.budget import Budget
 from eventstore.views import TASK_MARK
 
@@ -72,3 +74,61 @@ def test_a_message_marked_as_the_task_is_pinned_wherever_it_is(store: EventStore
     task_seq = len(events)
     assert task_seq in [i.seq for i in store.view(sid).items if i.pinned]
     assert all(TASK in t for t in texts[2:])  # every view sent after it appeared
+
+
+def test_a_head_too_large_for_the_budget_is_cut_once_and_says_so(store: EventStore) -> None:
+    """A demonstration and a long system prompt leave the view no room: the pinned texts
+    are cut (demonstration first), the task stays whole, the view fits, nothing is lost."""
+    budget = Budget(max_input_tokens=4_096, reserved_output=512, buffer=205)
+    sid = store.create_session().id
+    system = "You solve tasks with shell commands. " + "Rule: be careful. " * 100
+    demo = "Here is a demonstration of a solved task:\n" + "$ ls\nfile.py\n" * 900
+    task = "We need to fix the rounding bug in ledger/money.py so totals match."
+    store.append(sid, [Message.system(system), Message.user(demo), Message.user(task)])
+    store.append(sid, [Message.assistant("Looking at the file."), Message.user("It has 40 lines.")])
+    policy = CondensationPolicy(budget, token_counter=store.token_counter)
+    assert store.view(sid).tokens > budget.available
+    out = policy.maybe_condense(store, sid)
+    assert "truncate_pinned_head" in [s.condenser for s in out.steps]
+    view = store.view(sid)
+    assert view.tokens <= budget.available
+    messages = view.to_messages()
+    assert messages[2]["content"] == task  # the task is whole
+    assert "characters omitted" in messages[1]["content"]  # the demonstration was cut
+    assert messages[0]["content"] == system  # enough was freed without the system prompt
+    prunes = [e.event for e in store.read(sid, kinds=["prune"]) if isinstance(e.event, Prune)]
+    head_cuts = [p for p in prunes if p.strategy == "truncate_pinned_head"]
+    assert len(head_cuts) == 1 and "leaves no room" in (head_cuts[0].note or "")
+    ref = head_cuts[0].targets[0]
+    assert store.original(sid, ref).text == demo  # reversible
+    # Next turns: the head is small now, so it is not cut again.
+    for i in range(3):
+        store.append(sid, [Message.assistant(f"step {i}"), Message.user(f"output {i}")])
+        policy.maybe_condense(store, sid)
+    cuts = [e for e in store.read(sid, kinds=["prune"]) if isinstance(e.event, Prune)]
+    assert len([e for e in cuts if e.event.strategy == "truncate_pinned_head"]) == 1
+    assert store.verify(sid).ok
+
+
+def test_a_system_prompt_alone_over_the_budget_is_cut_and_the_task_kept(
+    store: EventStore,
+) -> None:
+    budget = Budget(max_input_tokens=4_096, reserved_output=512, buffer=205)
+    sid = store.create_session().id
+    system = "".join(f"Rule {i}: answer in English only.\n" for i in range(1_200))
+    store.append(sid, [Message.system(system), Message.user("Fix ledger/money.py.")])
+    out = CondensationPolicy(budget, token_counter=store.token_counter).maybe_condense(store, sid)
+    assert out.fits and [s.condenser for s in out.steps] == ["truncate_pinned_head"]
+    messages = store.view(sid).to_messages()
+    assert out.view is not None and out.view.to_messages() == messages  # predicted exactly
+    assert messages[0]["content"].startswith("Rule 0: answer")
+    assert messages[0]["content"].rstrip().endswith("Rule 1199: answer in English only.")
+    assert messages[1]["content"] == "Fix ledger/money.py."
+    assert store.verify(sid).ok
+
+
+def test_a_placeholder_prune_still_refuses_text_parts(store: EventStore) -> None:
+    sid = store.create_session().id
+    store.append(sid, [Message.system("rules"), Message.user("task")])
+    with pytest.raises(InvalidEventError, match="not a stored tool result"):
+        store.append(sid, [Prune(targets=[PartRef(seq=2, index=0)])])
