@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from condensers import CondensationPolicy
+from condensers import CondensationPolicy, HeadTruncator, Pipeline, default_pipeline
 from condensers.policy import CIRCUIT_FAILURE, CIRCUIT_OPEN, REQUEST_DECLINED
 from eventstore import Condensation, CondensationRequest, EventStore, Message
 from eventstore.budget import Budget
@@ -90,24 +90,36 @@ def test_exhausted_races_leave_the_breaker_and_the_request_alone(store: EventSto
 
 
 def _unfittable(store: EventStore) -> str:
-    """A pinned head larger than the budget: no strategy can make it fit."""
+    """A pinned head larger than the budget: no strategy of :func:`_verbatim_head` can
+    make it fit."""
     sid = store.create_session().id
     store.append(sid, [Message.system("rules " * 8000), Message.user("go " * 50)])
     store.append(sid, [Message.assistant("a " * 100) for _ in range(3)])
     return sid
 
 
+def _verbatim_head() -> Pipeline:
+    """The default pipeline without the step that cuts an oversized pinned head."""
+    return Pipeline([s for s in default_pipeline().steps if not isinstance(s, HeadTruncator)])
+
+
 def test_the_breaker_survives_a_new_policy_object(store: EventStore) -> None:
     sid = _unfittable(store)
-    first = CondensationPolicy(_budget(), max_failures=3, token_counter=store.token_counter)
+    first = CondensationPolicy(
+        _budget(), _verbatim_head(), max_failures=3, token_counter=store.token_counter
+    )
     assert first.maybe_condense(store, sid).trigger == "threshold"
     assert first.maybe_condense(store, sid).trigger == "threshold"
     # A restart: the count so far comes from the log, and the third failure opens it.
-    second = CondensationPolicy(_budget(), max_failures=3, token_counter=store.token_counter)
+    second = CondensationPolicy(
+        _budget(), _verbatim_head(), max_failures=3, token_counter=store.token_counter
+    )
     assert second.maybe_condense(store, sid).trigger == "threshold"
     (opened,) = _customs(store, sid, CIRCUIT_OPEN)
     assert opened.event.data["failures"] == 3
-    third = CondensationPolicy(_budget(), max_failures=3, token_counter=store.token_counter)
+    third = CondensationPolicy(
+        _budget(), _verbatim_head(), max_failures=3, token_counter=store.token_counter
+    )
     out = third.maybe_condense(store, sid)
     assert out.trigger is None and out.skipped == "circuit_open" and third.is_open(sid)
     failures = [e.event.data["failures"] for e in _customs(store, sid, CIRCUIT_FAILURE)]
@@ -117,13 +129,13 @@ def test_the_breaker_survives_a_new_policy_object(store: EventStore) -> None:
 def test_a_half_open_wait_restarts_across_policy_objects(store: EventStore) -> None:
     sid = _unfittable(store)
     kw: dict[str, Any] = {"max_failures": 1, "retry_after_events": 5}
-    CondensationPolicy(_budget(), token_counter=store.token_counter, **kw).maybe_condense(
-        store, sid
-    )
+    CondensationPolicy(
+        _budget(), _verbatim_head(), token_counter=store.token_counter, **kw
+    ).maybe_condense(store, sid)
     store.append(sid, [Message.assistant(f"m{i}") for i in range(5)])
-    fresh = CondensationPolicy(_budget(), token_counter=store.token_counter, **kw)
+    fresh = CondensationPolicy(_budget(), _verbatim_head(), token_counter=store.token_counter, **kw)
     assert fresh.maybe_condense(store, sid).trigger == "threshold"  # half-open attempt fails
-    again = CondensationPolicy(_budget(), token_counter=store.token_counter, **kw)
+    again = CondensationPolicy(_budget(), _verbatim_head(), token_counter=store.token_counter, **kw)
     assert again.maybe_condense(store, sid).skipped == "circuit_open"
     assert len(_customs(store, sid, CIRCUIT_OPEN)) == 1
 
@@ -131,7 +143,7 @@ def test_a_half_open_wait_restarts_across_policy_objects(store: EventStore) -> N
 def test_an_open_breaker_re_arms_when_the_view_grows(store: EventStore) -> None:
     sid = _unfittable(store)
     policy = CondensationPolicy(
-        _budget(), max_failures=1, regrow=0.2, token_counter=store.token_counter
+        _budget(), _verbatim_head(), max_failures=1, regrow=0.2, token_counter=store.token_counter
     )
     assert policy.maybe_condense(store, sid).trigger == "threshold"  # fails and opens
     store.append(sid, [Message.assistant("small")])

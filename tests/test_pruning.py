@@ -156,3 +156,38 @@ def test_amaybe_prune_is_the_async_twin(store: EventStore) -> None:
     assert [s.kind for s in out.steps] == ["prune"]
     kinds = [e.kind for e in store.read(sid)]
     assert kinds.count("prune") == 1
+
+
+def test_the_pruner_fires_on_a_long_run_replayed_turn_by_turn_at_small_budgets(
+    store: EventStore,
+) -> None:
+    """Over 40k tokens of tool output of mixed sizes (most small, a few file-sized), checked
+    before every model call: the reversible pruner acts at 4k and 8k alike, although unseen
+    outputs are capped on intake and condensation runs too."""
+    import math
+    import random
+
+    for budget in (Budget(4096, 512, 205), Budget(8192, 1024, 410)):
+        rng = random.Random(7)
+        sid = store.create_session().id
+        head = [Message.system("You are a coding agent. " * 100), Message.user("Fix app.py.")]
+        store.append(sid, head)
+        policy = CondensationPolicy(budget, token_counter=store.token_counter)
+        output = 0
+        i = 0
+        while output < 45_000:
+            policy.maybe_condense(store, sid)
+            tokens = max(int(math.exp(rng.gauss(math.log(150), 1.2))), 3)
+            lines = "\n".join(f"{j:4d} x = {rng.random():.12f}" for j in range(tokens // 6))
+            output += math.ceil(len(lines) / 4)
+            store.append(
+                sid,
+                [
+                    Message.assistant(f"step {i}", tool_calls=[call(f"c{i}", cmd=f"cat f{i}.py")]),
+                    Message.tool(f"c{i}", lines, name="bash"),
+                ],
+            )
+            i += 1
+        prunes = [e.event for e in store.read(sid, kinds=["prune"]) if isinstance(e.event, Prune)]
+        assert any(p.strategy == ToolOutputPruner.name for p in prunes), budget
+        assert store.view(sid).tokens <= budget.available or policy.maybe_condense(store, sid).fits
