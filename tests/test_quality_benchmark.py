@@ -359,3 +359,23 @@ def test_quality_mode_skips_cleanly_without_a_corpus(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert "not found" in proc.stderr
     assert not (tmp_path / "QUALITY_RESULTS.md").exists()
+
+
+def test_the_break_model_counts_one_break_per_overflow() -> None:
+    """The model behind the report's bound: a 400-token head in a 1,000-token budget, turns
+    of 100 + 200 tokens; cutting observations and smaller summaries mean fewer breaks."""
+    from benchmarks.quality_bound import bound
+
+    events: list[Any] = [Message.system("x" * 1_584)]  # 396 + 4 tokens
+    for _ in range(10):
+        events += [Message.assistant("x" * 384), Message.user("x" * 784)]  # 100 and 200
+    traj = Trajectory(name="synthetic", format="mini-swe-agent", events=events)
+    budget = Budget(max_input_tokens=1_000, reserved_output=0, buffer=0)
+    # Before turn k the view is the head plus k groups of 300: the third overflows; after
+    # that a condensation leaves head + summary 100 + newest group = 800, so each next
+    # group overflows again (7 breaks in 9 turns).
+    assert bound([traj], budget, 100, None) == (7, 9)
+    # Without a summary the 700 left take one more group: every other turn breaks.
+    assert bound([traj], budget, 0, None) == (4, 9)
+    # Observations cut to a quarter of the 600-token room (150): groups of 250.
+    assert bound([traj], budget, 100, 0.25) == (4, 9)
