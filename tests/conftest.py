@@ -254,3 +254,12 @@ def sqlite_path(url: str) -> Path:
 
 
 from llm_server import smollm2  # noqa: E402,F401  (real-model tier fixture)
+
+
+def verbatim_head_pipeline() -> Any:
+    """The default pipeline without the step that cuts an oversized pinned head: with it, a
+    head larger than the budget is the one view no strategy can make fit (what breaker
+    tests need)."""
+    from condensers import HeadTruncator, Pipeline, default_pipeline
+
+    return Pipeline([s for s in default_pipeline().steps if not isinstance(s, HeadTruncator)])

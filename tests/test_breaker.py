@@ -9,7 +9,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from condensers import CondensationPolicy, HeadTruncator, Pipeline, default_pipeline
+from conftest import verbatim_head_pipeline
+
+from condensers import CondensationPolicy
 from condensers.policy import CIRCUIT_FAILURE, CIRCUIT_OPEN, REQUEST_DECLINED
 from eventstore import Condensation, CondensationRequest, EventStore, Message
 from eventstore.budget import Budget
@@ -90,7 +92,7 @@ def test_exhausted_races_leave_the_breaker_and_the_request_alone(store: EventSto
 
 
 def _unfittable(store: EventStore) -> str:
-    """A pinned head larger than the budget: no strategy of :func:`_verbatim_head` can
+    """A pinned head larger than the budget: no strategy of :func:`verbatim_head_pipeline` can
     make it fit."""
     sid = store.create_session().id
     store.append(sid, [Message.system("rules " * 8000), Message.user("go " * 50)])
@@ -98,27 +100,22 @@ def _unfittable(store: EventStore) -> str:
     return sid
 
 
-def _verbatim_head() -> Pipeline:
-    """The default pipeline without the step that cuts an oversized pinned head."""
-    return Pipeline([s for s in default_pipeline().steps if not isinstance(s, HeadTruncator)])
-
-
 def test_the_breaker_survives_a_new_policy_object(store: EventStore) -> None:
     sid = _unfittable(store)
     first = CondensationPolicy(
-        _budget(), _verbatim_head(), max_failures=3, token_counter=store.token_counter
+        _budget(), verbatim_head_pipeline(), max_failures=3, token_counter=store.token_counter
     )
     assert first.maybe_condense(store, sid).trigger == "threshold"
     assert first.maybe_condense(store, sid).trigger == "threshold"
     # A restart: the count so far comes from the log, and the third failure opens it.
     second = CondensationPolicy(
-        _budget(), _verbatim_head(), max_failures=3, token_counter=store.token_counter
+        _budget(), verbatim_head_pipeline(), max_failures=3, token_counter=store.token_counter
     )
     assert second.maybe_condense(store, sid).trigger == "threshold"
     (opened,) = _customs(store, sid, CIRCUIT_OPEN)
     assert opened.event.data["failures"] == 3
     third = CondensationPolicy(
-        _budget(), _verbatim_head(), max_failures=3, token_counter=store.token_counter
+        _budget(), verbatim_head_pipeline(), max_failures=3, token_counter=store.token_counter
     )
     out = third.maybe_condense(store, sid)
     assert out.trigger is None and out.skipped == "circuit_open" and third.is_open(sid)
@@ -130,12 +127,16 @@ def test_a_half_open_wait_restarts_across_policy_objects(store: EventStore) -> N
     sid = _unfittable(store)
     kw: dict[str, Any] = {"max_failures": 1, "retry_after_events": 5}
     CondensationPolicy(
-        _budget(), _verbatim_head(), token_counter=store.token_counter, **kw
+        _budget(), verbatim_head_pipeline(), token_counter=store.token_counter, **kw
     ).maybe_condense(store, sid)
     store.append(sid, [Message.assistant(f"m{i}") for i in range(5)])
-    fresh = CondensationPolicy(_budget(), _verbatim_head(), token_counter=store.token_counter, **kw)
+    fresh = CondensationPolicy(
+        _budget(), verbatim_head_pipeline(), token_counter=store.token_counter, **kw
+    )
     assert fresh.maybe_condense(store, sid).trigger == "threshold"  # half-open attempt fails
-    again = CondensationPolicy(_budget(), _verbatim_head(), token_counter=store.token_counter, **kw)
+    again = CondensationPolicy(
+        _budget(), verbatim_head_pipeline(), token_counter=store.token_counter, **kw
+    )
     assert again.maybe_condense(store, sid).skipped == "circuit_open"
     assert len(_customs(store, sid, CIRCUIT_OPEN)) == 1
 
@@ -143,7 +144,11 @@ def test_a_half_open_wait_restarts_across_policy_objects(store: EventStore) -> N
 def test_an_open_breaker_re_arms_when_the_view_grows(store: EventStore) -> None:
     sid = _unfittable(store)
     policy = CondensationPolicy(
-        _budget(), _verbatim_head(), max_failures=1, regrow=0.2, token_counter=store.token_counter
+        _budget(),
+        verbatim_head_pipeline(),
+        max_failures=1,
+        regrow=0.2,
+        token_counter=store.token_counter,
     )
     assert policy.maybe_condense(store, sid).trigger == "threshold"  # fails and opens
     store.append(sid, [Message.assistant("small")])

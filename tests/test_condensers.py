@@ -11,6 +11,7 @@ import uuid
 from typing import Any
 
 import pytest
+from conftest import verbatim_head_pipeline
 
 from condensers import (
     CIRCUIT_OPEN,
@@ -585,10 +586,15 @@ def test_manual_request_that_cannot_be_honoured_is_declined_once(store: EventSto
 
 def test_circuit_breaker_opens_after_repeated_failures(store: EventStore) -> None:
     sid = store.create_session().id
-    # A pinned head larger than the budget: nothing any strategy may do can fit it.
+    # A pinned head larger than the budget, kept verbatim: nothing can fit it.
     store.append(sid, [Message.system("rules " * 8000), Message.user("go " * 50)])
     store.append(sid, [Message.assistant("a " * 100) for _ in range(3)])
-    policy = CondensationPolicy(small_budget(), max_failures=3, token_counter=store.token_counter)
+    policy = CondensationPolicy(
+        small_budget(),
+        verbatim_head_pipeline(),
+        max_failures=3,
+        token_counter=store.token_counter,
+    )
     outcomes = [policy.maybe_condense(store, sid) for _ in range(4)]
     assert [o.trigger for o in outcomes[:3]] == ["threshold"] * 3
     assert all(not o.fits for o in outcomes[:3])
@@ -605,7 +611,11 @@ def test_open_breaker_retries_after_enough_new_events(store: EventStore) -> None
     sid = store.create_session().id
     store.append(sid, [Message.system("rules " * 8000), Message.user("go")])
     policy = CondensationPolicy(
-        small_budget(), max_failures=1, retry_after_events=5, token_counter=store.token_counter
+        small_budget(),
+        verbatim_head_pipeline(),
+        max_failures=1,
+        retry_after_events=5,
+        token_counter=store.token_counter,
     )
     assert policy.maybe_condense(store, sid).trigger == "threshold"  # fails, opens
     assert policy.maybe_condense(store, sid).skipped == "circuit_open"
