@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from eventstore.errors import ConfigurationError
@@ -71,6 +72,11 @@ class WindowCondenser:
         fold: Fold the facts of what the cut forgets (requests, files, errors, commands)
             into the carried summary with the free extractive summarizer, sized to the
             room left, instead of only counting them (the default pipeline folds).
+        preserve_first: Keep the first this many interactions after the pinned head in
+            the view for good (DSPy's ``preserve_first``): the first window condensation
+            pins them, and every later condensation keeps its pins. Counted from the
+            first condensation this window writes; interactions an earlier condensation
+            already forgot cannot be brought back.
 
     Each condensation records ``window_stats`` in its settings: the interactions it
     removed from the view (``removed_interactions``) and those it kept.
@@ -87,11 +93,14 @@ class WindowCondenser:
         max_interactions: int | None = None,
         note: str = DEFAULT_NOTE,
         fold: bool = False,
+        preserve_first: int = 0,
     ) -> None:
         if not 0 < target_fraction <= 1:
             raise ConfigurationError(f"target_fraction must be in (0, 1], got {target_fraction}")
         if max_interactions is not None and max_interactions < 1:
             raise ConfigurationError(f"max_interactions must be 1 or more, got {max_interactions}")
+        if preserve_first < 0:
+            raise ConfigurationError(f"preserve_first must be 0 or more, got {preserve_first}")
         if "{n}" not in note:
             raise ConfigurationError(f"note must contain {{n}} (the count), got {note!r}")
         self.target_fraction = target_fraction
@@ -100,6 +109,7 @@ class WindowCondenser:
         self.max_interactions = max_interactions
         self.note = note
         self.fold = fold
+        self.preserve_first = preserve_first
 
     def settings(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -113,10 +123,30 @@ class WindowCondenser:
             out["note"] = self.note
         if self.fold:
             out["fold"] = True
+        if self.preserve_first:
+            out["preserve_first"] = self.preserve_first
         return out
+
+    def _preserved(self, view: View) -> list[int]:
+        """Seqs of the first ``preserve_first`` interactions to pin now (none when a
+        condensation already ran: its pins hold any that were preserved)."""
+        if not self.preserve_first or previous_condensation(view) is not None:
+            return []
+        tail = [i for i in view.items if not i.pinned]
+        starts = [k for k in cut_points(tail) if k < len(tail)]
+        if len(starts) <= self.preserve_first:
+            return []
+        return [i.seq for i in tail[: starts[self.preserve_first]]]
 
     def plan(self, view: View, budget: Budget, ctx: PlanContext) -> Proposal | None:
         started = time.perf_counter()
+        preserved = set(self._preserved(view))
+        if preserved:  # plan as if they were part of the pinned head
+            view = replace(
+                view,
+                items=[replace(i, pinned=True) if i.seq in preserved else i for i in view.items],
+                _messages=None,
+            )
         prev = previous_condensation(view)
         target = ctx.target(budget, self.target_fraction)
         pinned = sum(i.tokens for i in view.items if i.pinned)

@@ -134,3 +134,27 @@ def test_window_folds_what_it_forgets_into_the_summary(store: EventStore) -> Non
     assert "src/parser/lexer.py" in folded and "ValueError: unexpected token" in folded
     assert folded.endswith("earlier events are omitted from this view.]")
     assert store.view(fork).tokens <= budget.available
+
+
+def test_window_preserves_the_first_interactions_for_good(store: EventStore) -> None:
+    """DSPy's preserve_first: the first two interactions after the head stay in every later
+    view, in their place before the summary, while the window moves on."""
+    sid = _chat(store, 30)
+    budget = Budget(max_input_tokens=100_000, reserved_output=1_000)
+    window = {"window": {"max_interactions": 4, "preserve_first": 2}}
+    policy = CondensationPolicy(budget, registry.pipeline(["window"], options=window))
+    first = [m["content"] for m in store.view(sid).to_messages()[3:5]]
+    assert first == ["answer 0", "question 1"]  # the two interactions after the head
+    assert policy.condense(store, sid).condensed
+    for i in range(30, 40):
+        long = f"answer {i} " + "detail " * 60
+        store.append(sid, [Message.user(f"question {i}"), Message.assistant(long.strip())])
+    assert policy.condense(store, sid).condensed
+    view = store.view(sid)
+    texts = [m["content"] for m in view.to_messages()]
+    assert texts[:5] == ["sys", "task", "question 0", "answer 0", "question 1"]
+    assert texts[5].startswith(view.options.summary_prefix)  # the summary follows them
+    assert texts[-1].startswith("answer 39 detail")
+    assert store.verify(sid).ok
+    with pytest.raises(ConfigurationError, match="preserve_first"):
+        registry.strategy("window", preserve_first=-1)
