@@ -5,6 +5,8 @@ Each test builds its session here; none depends on the corpus.
 
 from __future__ import annotations
 
+import json
+
 from condensers import ExtractiveSummarizer
 from eventstore import EventStore, Message, ToolCallPart
 
@@ -124,3 +126,30 @@ def test_lists_keep_three_entries_under_pressure(store: EventStore) -> None:
     errors = tight.text.split("## Errors and fixes", 1)[1].split("##", 1)[0]
     assert sum(ln.startswith("- src/") for ln in files.splitlines()) >= 3
     assert sum("OSError" in ln for ln in errors.splitlines()) >= 3
+
+
+def test_a_command_written_out_in_the_text_is_not_repeated_as_call_arguments(
+    store: EventStore,
+) -> None:
+    """A text-mode agent writes its command in a fenced block and the importer makes it a
+    call: the summary quotes the command once. A call whose arguments are not in the text
+    keeps them, and "In progress" points at the quote instead of repeating it."""
+    command = "curl -X POST http://web.example:8000/cgi-bin/file.pl?/root/flag"
+    sid = store.create_session().id
+    written = Message.assistant(
+        f"Let us read the flag.\n```\n{command}\n```",
+        [ToolCallPart(id="c1", name="curl", arguments=json.dumps({"command": command}))],
+    )
+    silent = Message.assistant(
+        "Now the config.",
+        [ToolCallPart(id="c2", name="bash", arguments=json.dumps({"command": "cat /etc/app.ini"}))],
+    )
+    store.append(
+        sid, [Message.user("Find the flag."), written, Message.tool("c1", "no", name="curl")]
+    )
+    text = ExtractiveSummarizer().summarize(None, _events(store, sid)).text
+    assert text.count(command) == 1 and "curl(...)" in text
+    assert "quoted under Current state" in text
+    store.append(sid, [silent, Message.tool("c2", "[app]", name="bash")])
+    text = ExtractiveSummarizer().summarize(None, _events(store, sid)).text
+    assert 'bash({"command": "cat /etc/app.ini"})' in text

@@ -145,6 +145,32 @@ def _call_commands(call: ToolCallPart) -> list[str]:
     return _command_words(command) if isinstance(command, str) else []
 
 
+def _strings(value: Any) -> list[str]:
+    """Every string inside a decoded JSON value."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for v in value.values() for s in _strings(v)]
+    if isinstance(value, list):
+        return [s for v in value for s in _strings(v)]
+    return []
+
+
+def _call_brief(call: ToolCallPart, text: str) -> str:
+    """A call as the summary shows it: ``name(arguments)``, or ``name(...)`` when every
+    argument value is already in the message text quoted beside it (a text-mode agent
+    writes its command out, and the importer made it a call)."""
+    try:
+        args = json.loads(call.arguments) if call.arguments else {}
+    except ValueError:
+        args = call.arguments
+    values = [v.strip() for v in _strings(args) if v.strip()]
+    norm = " ".join(text.split())
+    if values and all(" ".join(v.split()) in norm for v in values):
+        return f"{call.name}(...)"
+    return f"{call.name}({clip(call.arguments, 200)})"
+
+
 def _bullets(lines: list[str]) -> list[str]:
     """The bullets of a section, each with its continuation lines (a multi-line quote
     stays whole when a summary is summarized again)."""
@@ -351,8 +377,8 @@ class ExtractiveSummarizer:
                     if blocks:
                         commands.update(_command_words(blocks[-1]))
             if msg.role == "assistant" and (msg.text.strip() or msg.tool_calls):
-                calls = ", ".join(f"{c.name}({clip(c.arguments, 200)})" for c in msg.tool_calls)
                 text = msg.text.strip()
+                calls = ", ".join(_call_brief(c, text) for c in msg.tool_calls)
                 body = text + (f"\n  calls: {calls}" if calls else "")
                 last_assistant = (stored.seq, body)
 
@@ -374,9 +400,8 @@ class ExtractiveSummarizer:
         prev_progress = prev.get(HEADINGS[1], [])
         in_progress = [ln for ln in _after(prev_progress, "In progress:") if ln.startswith("- ")]
         if last_assistant is not None:
-            # One line only: the full quote is under "Current state".
-            first_line = last_assistant[1].strip().splitlines()[0] if last_assistant[1] else ""
-            in_progress = [f"- at [{last_assistant[0]}]: {first_line[:160]}"]
+            # A pointer only: the message is quoted under "Current state".
+            in_progress = [f"- at [{last_assistant[0]}]: quoted under {HEADINGS[4]}"]
         sections[HEADINGS[1]] = ["Done:", *done, "In progress:", *(in_progress or [_NONE])]
         sections[HEADINGS[2]] = _bullets(prev.get(HEADINGS[2], [])) or [_NONE]
         sections[HEADINGS[3]] = _bounded(errors, 0, caps.max_errors, "earlier errors", err_dropped)
