@@ -57,8 +57,13 @@ def test_error_lines_prefer_the_exception_and_skip_code(store: EventStore) -> No
     text = ExtractiveSummarizer().summarize(None, _events(store, sid)).text
     errors = text.split("## Errors and fixes", 1)[1].split("##", 1)[0]
     lines = [ln for ln in errors.splitlines() if ln.startswith("- ")]
-    assert lines[0].endswith("ValueError: bad header")  # the exception line, first
-    assert any("exit code 1" in ln for ln in lines)
+    # The exception line comes before the other error lines of its output; the same error
+    # at the second run is one entry naming both (placed where it last occurred).
+    assert lines == ["- [3] bash: Error: exit code 1", "- [3, 7] bash: ValueError: bad header"]
+    first = ExtractiveSummarizer().summarize(None, _events(store, sid)[:3]).text
+    assert first.split("## Errors and fixes", 1)[1].index("ValueError: bad header") < first.split(
+        "## Errors and fixes", 1
+    )[1].index("exit code 1")
     assert "Traceback (most recent call last)" not in errors  # the header is no error
     assert "40:" not in errors and "raise ValueError" not in errors  # shown code is not either
     # Paths named in a traceback are kept (after those the agent named itself).
@@ -153,3 +158,22 @@ def test_a_command_written_out_in_the_text_is_not_repeated_as_call_arguments(
     store.append(sid, [silent, Message.tool("c2", "[app]", name="bash")])
     text = ExtractiveSummarizer().summarize(None, _events(store, sid)).text
     assert 'bash({"command": "cat /etc/app.ini"})' in text
+
+
+def test_the_same_error_at_several_steps_is_one_entry_listing_them(store: EventStore) -> None:
+    sid = store.create_session().id
+    events: list[Message] = [Message.user("Make the import work.")]
+    for i in range(1, 4):
+        events += [
+            _shell(f"c{i}", "python -m app"),
+            Message.tool(f"c{i}", "ModuleNotFoundError: No module named 'yaml'", name="bash"),
+        ]
+    store.append(sid, events[:5])
+    first = ExtractiveSummarizer().summarize(None, _events(store, sid)).text
+    store.append(sid, events[5:])
+    stored = _events(store, sid)
+    text = ExtractiveSummarizer().summarize(first, stored[5:]).text  # anchored on the first
+    errors = text.split("## Errors and fixes", 1)[1].split("##", 1)[0]
+    lines = [ln for ln in errors.splitlines() if ln.startswith("- ")]
+    seqs = [str(e.seq) for e in stored if e.event.role == "tool"]  # type: ignore[union-attr]
+    assert lines == [f"- [{', '.join(seqs)}] bash: ModuleNotFoundError: No module named 'yaml'"]

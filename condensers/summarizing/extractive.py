@@ -188,6 +188,27 @@ def _bullets(lines: list[str]) -> list[str]:
     return out
 
 
+_SEQ_BULLET_RE = re.compile(r"^- \[(\d+(?:, \d+)*)\] (.*)$", re.DOTALL)
+
+
+def _merge_repeats(items: list[str]) -> list[str]:
+    """Bullets that say the same thing at different seqs, merged into one that lists the
+    seqs (``- [36, 42] bash: ValueError: x``), placed where it last occurred."""
+    seqs: dict[str, list[str]] = {}
+    last: dict[str, int] = {}
+    for i, item in enumerate(items):
+        m = _SEQ_BULLET_RE.match(item)
+        key = m.group(2) if m else item
+        found = m.group(1).split(", ") if m else []
+        seqs.setdefault(key, [])
+        seqs[key] += [s for s in found if s not in seqs[key]]
+        last[key] = i
+    out: list[str] = []
+    for key, _ in sorted(last.items(), key=lambda kv: kv[1]):
+        out.append(f"- [{', '.join(seqs[key])}] {key}" if seqs[key] else key)
+    return out
+
+
 def _omitted(lines: list[str]) -> int:
     for ln in lines:
         m = _TRIM_RE.match(ln)
@@ -404,6 +425,7 @@ class ExtractiveSummarizer:
             in_progress = [f"- at [{last_assistant[0]}]: quoted under {HEADINGS[4]}"]
         sections[HEADINGS[1]] = ["Done:", *done, "In progress:", *(in_progress or [_NONE])]
         sections[HEADINGS[2]] = _bullets(prev.get(HEADINGS[2], [])) or [_NONE]
+        errors = _merge_repeats(errors)
         sections[HEADINGS[3]] = _bounded(errors, 0, caps.max_errors, "earlier errors", err_dropped)
         if last_assistant is not None:
             quoted = clip(last_assistant[1], caps.last_message_chars).replace("\n", "\n  ")
