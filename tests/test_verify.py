@@ -391,11 +391,13 @@ def _timed_session(store: EventStore, turns: int) -> float:
                 LLMCall(model="m", view_seq=head + 3, fingerprint="0" * 64),
             ],
         )[-1]
-    started = time.perf_counter()
-    report = store.verify(sid)
-    took = time.perf_counter() - started
-    assert report.llm_calls == turns and len(report.problems) == turns
-    return took
+    best = float("inf")
+    for _ in range(3):  # the fastest of three: a loaded machine blurs single timings
+        started = time.perf_counter()
+        report = store.verify(sid)
+        best = min(best, time.perf_counter() - started)
+        assert report.llm_calls == turns and len(report.problems) == turns
+    return best
 
 
 @pytest.mark.slow
