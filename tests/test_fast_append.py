@@ -3,14 +3,24 @@ whenever its remembered head is stale."""
 
 from __future__ import annotations
 
+import time
 import uuid
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import create_engine, text
 
-from eventstore import ConflictError, EventStore, Message, PartRef, Prune, ToolCallPart, _sql
+from eventstore import (
+    ConflictError,
+    EventStore,
+    Message,
+    PartRef,
+    Prune,
+    StorageBusyError,
+    ToolCallPart,
+    _sql,
+)
 
 
 def _batch(i: int) -> list[Message]:
@@ -130,3 +140,35 @@ def test_bulk_batches_write_the_same_rows_as_small_appends(
         assert calls == 1
         assert _rows(store, bulk_sid) == _rows(store, small_sid)
         assert store.verify(bulk_sid).ok
+
+
+def test_a_fast_append_behind_a_held_lock_waits_once_then_raises_busy(db_url: str) -> None:
+    """The fast path's lock wait running out is the caller's answer: it must not fall back
+    to the ordinary path and wait a second time."""
+    tenant = f"t-{uuid.uuid4().hex}"
+    timeout_ms = 1_000
+    holder = create_engine(db_url)
+    with EventStore(
+        db_url, tenant=tenant, upgrade=True, busy_timeout_ms=timeout_ms, lock_timeout_ms=timeout_ms
+    ) as store:
+        sid = store.create_session().id
+        store.append(sid, [Message.user("one")])  # the head is remembered: next is fast
+        try:
+            with holder.connect() as conn:
+                if db_url.startswith("sqlite"):
+                    conn.exec_driver_sql("BEGIN IMMEDIATE")
+                else:
+                    conn.execute(
+                        text("SELECT head_seq FROM sessions WHERE id = :s FOR UPDATE"), {"s": sid}
+                    )
+                started = time.monotonic()
+                with pytest.raises(StorageBusyError, match="retry"):
+                    store.append(sid, [Message.user("two")], expected_seq=1)
+                waited = time.monotonic() - started
+                conn.rollback()
+        finally:
+            holder.dispose()
+        assert timeout_ms / 1000 * 0.9 <= waited < 2 * timeout_ms / 1000, waited
+        assert store.head(sid) == 1
+        assert store.append(sid, [Message.user("two")], expected_seq=1) == [2]
+        assert store.verify(sid).ok
