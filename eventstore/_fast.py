@@ -147,7 +147,10 @@ def _pg_sql(events: int, parts: int) -> str:
     sql = (
         "WITH h AS (UPDATE sessions SET head_seq = %s, head_hash = %s, updated_at = %s "
         "WHERE id = %s AND tenant = %s AND head_seq = %s "
-        "AND head_hash IS NOT DISTINCT FROM %s AND deleted_at IS NULL RETURNING id), "
+        "AND head_hash IS NOT DISTINCT FROM %s AND deleted_at IS NULL RETURNING id, tenant), "
+        # The range, queued for the tenant feed (see eventstore._feed and _sql.move_head).
+        "f AS (INSERT INTO feed_pending (session_id, from_seq, to_seq, tenant, queued_at) "
+        "SELECT id, %s::integer, %s::integer, tenant, clock_timestamp() FROM h), "
         f"e AS (INSERT INTO events ({', '.join(_EVENT_COLS)}) "
         f"SELECT * FROM (VALUES {values(_PG_EVENT_TYPES, events)}) AS v "
         "WHERE EXISTS (SELECT 1 FROM h))"
@@ -177,7 +180,7 @@ def _pg_write(
     """The one statement of a fast append on a psycopg connection; ``False`` (nothing
     written) when the head moved."""
     newest = event_rows[-1]["created_at"]
-    params: list[Any] = [seq, new_hash, newest, session_id, tenant, head, head_hash]
+    params: list[Any] = [seq, new_hash, newest, session_id, tenant, head, head_hash, head + 1, seq]
     for r in event_rows:
         params.extend(r[c] for c in _EVENT_COLS)
     for r in part_rows:

@@ -275,10 +275,11 @@ class Encoded:
 
 def part_columns(idx: int, part: Part) -> dict[str, Any]:
     """The ``parts`` index columns copied from one part (all but its token count)."""
-    call_id = getattr(part, "tool_call_id", None) or (
-        getattr(part, "id", None) if part.type == "tool_call" else None
-    )
-    name = getattr(part, "name", None) if part.type in ("tool_call", "tool_result") else None
+    # The fields themselves: a missing attribute on a model raises (and formats) an
+    # AttributeError inside getattr, which costs more than the rest of this function.
+    fields = part.__dict__
+    call_id = fields.get("tool_call_id") or (fields.get("id") if part.type == "tool_call" else None)
+    name = fields.get("name") if part.type in ("tool_call", "tool_result") else None
     return {
         "idx": idx,
         "type": part.type,
