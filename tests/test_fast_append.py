@@ -172,3 +172,55 @@ def test_a_fast_append_behind_a_held_lock_waits_once_then_raises_busy(db_url: st
         assert store.head(sid) == 1
         assert store.append(sid, [Message.user("two")], expected_seq=1) == [2]
         assert store.verify(sid).ok
+
+
+def test_the_fast_path_keeps_one_connection_and_gives_it_back(db_url: str) -> None:
+    """Single appends reuse one kept connection; threads that find it busy use the pool;
+    closing the store, or dropping it unclosed, checks the kept connection back in."""
+    import gc
+    import threading
+    import warnings
+
+    tenant = f"t-{uuid.uuid4().hex}"
+    store = EventStore(db_url, tenant=tenant, upgrade=True)
+    pool = store.engine.pool
+    sessions = [store.create_session().id for _ in range(4)]
+    for sid in sessions:
+        store.append(sid, [Message.user("learn the head")])
+    for i in range(5):
+        store.append(sessions[0], [Message.user(f"fast {i}")], expected_seq=i + 1)
+    assert pool.checkedout() == 1  # the kept one, and nothing else leaked
+
+    errors: list[BaseException] = []
+
+    def writer(sid: str) -> None:
+        try:
+            for _ in range(15):
+                store.append(sid, [Message.user("from a thread")])
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(sid,)) for sid in sessions]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert [store.head(sid) for sid in sessions] == [21, 16, 16, 16]
+    assert all(store.verify(sid).ok for sid in sessions)
+    assert [i.position for i in store.tail()] == list(range(1, 70))
+    assert pool.checkedout() == 1
+    store.close()
+    assert pool.checkedout() == 0
+
+    unclosed = EventStore(db_url, tenant=tenant)
+    pool = unclosed.engine.pool
+    unclosed.append(sessions[1], [Message.user("one")], expected_seq=16)
+    unclosed.append(sessions[1], [Message.user("two")], expected_seq=17)  # fast
+    assert pool.checkedout() == 1
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        del unclosed
+        gc.collect()
+    assert pool.checkedout() == 0
+    assert not [w for w in caught if "garbage collector" in str(w.message)]
