@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import os
 import threading
+import weakref
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -47,7 +48,7 @@ from .codec import Encoded
 from .events import Prune, utcnow
 from .records import AppendResult
 
-__all__ = ["eligible", "DriverSlot", "HeadCache", "try_fast"]
+__all__ = ["eligible", "close_driver_slot", "DriverSlot", "HeadCache", "try_fast"]
 
 
 class HeadCache:
@@ -88,6 +89,17 @@ class DriverSlot:
         self._pooled: Any = None
         self._pid = 0
         self._closed = False
+
+    @classmethod
+    def for_store(cls, store: object, engine: Any, owns_engine: bool) -> DriverSlot | None:
+        """The slot of a store, on an engine it owns (a shared engine's pool is the
+        caller's to size): checked back in by the store's ``close()``, or when the store
+        is collected."""
+        if not owns_engine:
+            return None
+        slot = cls(engine)
+        weakref.finalize(store, slot.close)
+        return slot
 
     def take(self) -> tuple[Any, bool]:
         """A pooled connection, and whether it is the slot's (then :meth:`give` it back)."""
@@ -340,14 +352,38 @@ def _pg_append(store: Any, args: tuple[Any, ...]) -> bool:
     return applied
 
 
+_SLOT_LOCK = threading.Lock()
+
+
+def _slot(store: Any) -> DriverSlot | None:
+    """The store's slot, made on its first fast append."""
+    slot: DriverSlot | None
+    try:
+        slot = store.__dict__["_driver_slot"]
+    except KeyError:
+        with _SLOT_LOCK:
+            if "_driver_slot" not in store.__dict__:
+                made = DriverSlot.for_store(store, store.engine, store._owns_engine)
+                store.__dict__["_driver_slot"] = made
+            slot = store.__dict__["_driver_slot"]
+    return slot
+
+
+def close_driver_slot(store: Any) -> None:
+    """Check the store's kept connection back in (``EventStore.close``)."""
+    slot = store.__dict__.get("_driver_slot")
+    if slot is not None:
+        slot.close()
+
+
 def _take(store: Any) -> tuple[Any, bool]:
-    slot = store._driver_slot
+    slot = _slot(store)
     return (store.engine.raw_connection(), False) if slot is None else slot.take()
 
 
 def _give(store: Any, pooled: Any, kept: bool, broken: bool) -> None:
     if kept:
-        store._driver_slot.give(pooled, kept, broken)
+        store.__dict__["_driver_slot"].give(pooled, kept, broken)
     else:
         pooled.close()
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -46,7 +45,7 @@ from ._engine import (
     map_db_error,
     resolve_url,
 )
-from ._fast import DriverSlot, HeadCache, try_fast
+from ._fast import HeadCache, close_driver_slot, try_fast
 from ._feed import FeedMethods, afollow
 from ._purge import PurgeMethods
 from ._replica import DEFAULT_READ_WAIT_MS, ReplicaMethods
@@ -218,13 +217,6 @@ class EventStore(
         self.engine = engine
         self.dialect: str = engine.dialect.name
         self._replica = self._open_replica(read_url, read_wait_ms, lock_timeout_ms)
-        # The fast path's own connection, on engines this store owns (a shared engine's
-        # pool is the caller's to size): returned by close(), or when the store is
-        # collected.
-        self._driver_slot: DriverSlot | None = None
-        if self._owns_engine:
-            self._driver_slot = DriverSlot(engine)
-            weakref.finalize(self, self._driver_slot.close)
 
     def _open_schema(self) -> None:
         if self._schema_pending is None:
@@ -263,8 +255,7 @@ class EventStore(
     def close(self) -> None:
         """Release pooled connections."""
         if self._owns_engine:
-            if self._driver_slot is not None:
-                self._driver_slot.close()
+            close_driver_slot(self)
             self.engine.dispose()
             if self._replica is not None:
                 self._replica.engine.dispose()
