@@ -87,6 +87,7 @@ class DriverSlot:
         self._pg = engine.dialect.name == "postgresql"
         self._lock = threading.Lock()
         self._pooled: Any = None
+        self.cursor: Any = None  # Postgres: one cursor on the kept connection, reused
         self._pid = 0
         self._closed = False
 
@@ -109,6 +110,7 @@ class DriverSlot:
                     pooled = self._engine.raw_connection()
                     if self._pg:
                         pooled.driver_connection.autocommit = True
+                        self.cursor = pooled.driver_connection.cursor()
                     self._pooled, self._pid = pooled, os.getpid()
                 return self._pooled, True
             self._lock.release()
@@ -120,7 +122,7 @@ class DriverSlot:
             pooled.close()
             return
         if broken:
-            self._pooled = None
+            self._pooled = self.cursor = None
             pooled.close()
         self._lock.release()
 
@@ -129,9 +131,12 @@ class DriverSlot:
         with self._lock:
             self._closed = True
             pooled, self._pooled = self._pooled, None
+            cursor, self.cursor = self.cursor, None
             if pooled is None or self._pid != os.getpid():
                 return
             try:
+                if cursor is not None:
+                    cursor.close()
                 if self._pg:
                     pooled.driver_connection.autocommit = False
             except Exception as exc:
@@ -239,7 +244,7 @@ def _pg_sql(events: int, parts: int) -> str:
 
 
 def _pg_write(
-    db: Any,
+    cur: Any,
     tenant: str,
     session_id: str,
     head: int,
@@ -249,7 +254,7 @@ def _pg_write(
     event_rows: list[dict[str, Any]],
     part_rows: list[dict[str, Any]],
 ) -> bool:
-    """The one statement of a fast append on a psycopg connection; ``False`` (nothing
+    """The one statement of a fast append on a psycopg cursor; ``False`` (nothing
     written) when the head moved."""
     newest = event_rows[-1]["created_at"]
     params: list[Any] = [seq, new_hash, newest, session_id, tenant, head, head_hash, head + 1, seq]
@@ -257,9 +262,8 @@ def _pg_write(
         params.extend(r[c] for c in _EVENT_COLS)
     for r in part_rows:
         params.extend(r[c] for c in _PART_COLS)
-    with db.cursor() as cur:
-        cur.execute(_pg_sql(len(event_rows), len(part_rows)), params)
-        row = cur.fetchone()
+    cur.execute(_pg_sql(len(event_rows), len(part_rows)), params)
+    row = cur.fetchone()
     return bool(row and row[0])
 
 
@@ -327,17 +331,20 @@ def _pg_append(store: Any, args: tuple[Any, ...]) -> bool:
     if store._lock_local:
         # A caller's engine has no lock_timeout of ours: a transaction sets it locally.
         with store._tx(write=True) as conn:
-            return _pg_write(conn.connection.driver_connection, *args)
+            with conn.connection.driver_connection.cursor() as cur:
+                return _pg_write(cur, *args)
     pooled, kept = _take(store)
     broken = False
     try:
         db = pooled.driver_connection
         if kept:
-            applied = _pg_write(db, *args)  # the slot's connection stays in autocommit
+            # The slot's connection stays in autocommit, its cursor is reused.
+            applied = _pg_write(store.__dict__["_driver_slot"].cursor, *args)
         else:
             db.autocommit = True  # the statement is its own transaction: one round trip
             try:
-                applied = _pg_write(db, *args)
+                with db.cursor() as cur:
+                    applied = _pg_write(cur, *args)
             finally:
                 db.autocommit = False  # as the pool hands it out
         # After the commit, and never failing the append: reads on the replica wait
