@@ -4,7 +4,8 @@ Each writer owns one session and appends single events (the workload's five-even
 one transaction each) for a fixed number of seconds. Writers run as threads sharing one
 ``EventStore`` (and, for the floor, one connection per thread), or as processes each
 opening its own. The report gives total appends/s for the store and for the raw driver
-under the same concurrency, and their ratio.
+under the same concurrency, and their ratio; each is the mean of two runs, taken in the
+order store, floor, floor, store.
 
 SQLite has one writer at a time per database file: its numbers show how the store
 behaves under that lock (no errors, fair progress), not parallel speed-up.
@@ -79,13 +80,14 @@ def _store_loop(store: Any, session_id: str, seconds: float, start: float) -> in
 
 def _raw_writer(url: str, session_id: str, seconds: float, start: float) -> int:
     conn = _raw_connection(url)
+    sql = _raw_insert_sql(url)  # once, as the store prepares its statements once
     try:
         _wait(start)
         deadline = start + seconds
         n = 0
         while time.time() < deadline:
             n += 1
-            _raw_insert(conn, url, (session_id, n, raw_payload(step(n))))
+            conn.execute(sql, (session_id, n, raw_payload(step(n))))
         return n
     finally:
         conn.close()
@@ -107,9 +109,9 @@ def _raw_connection(url: str) -> Any:
     return conn
 
 
-def _raw_insert(conn: Any, url: str, row: tuple[str, int, str]) -> None:
+def _raw_insert_sql(url: str) -> str:
     p = "%s" if make_url(url).get_backend_name() == "postgresql" else "?"
-    conn.execute(f"INSERT INTO bench_raw VALUES ({p}, {p}, {p})", row)
+    return f"INSERT INTO bench_raw VALUES ({p}, {p}, {p})"
 
 
 def _wait(start: float) -> None:
@@ -188,15 +190,24 @@ def measure(
     for kind in ("threads", "processes"):
         for n in writers:
             # Fresh sessions and a fresh floor table for every measurement, so each
-            # starts from the same state.
+            # starts from the same state. Store and floor run twice, in the order store,
+            # floor, floor, store: a machine whose other load drifts during the
+            # measurement then weighs on both alike, not on whichever ran second.
             sessions = _prepare(url, n, fresh_raw)
             if backend == "postgres":
                 pg_analyze(url)
-            if kind == "threads":
-                store_rate = _shared_store_run(url, sessions, n, seconds)
-            else:
-                store_rate = _run(kind, n, _store_writer, url, sessions, seconds)
-            raw_rate = _run(kind, n, _raw_writer, url, sessions, seconds)
+            store_rates: list[float] = []
+            raw_rates: list[float] = []
+            for order in ("store", "raw", "raw", "store"):
+                if order == "raw":
+                    fresh_raw().close()  # an empty floor table: its seqs start at 1 again
+                    raw_rates.append(_run(kind, n, _raw_writer, url, sessions, seconds))
+                elif kind == "threads":
+                    store_rates.append(_shared_store_run(url, sessions, n, seconds))
+                else:
+                    store_rates.append(_run(kind, n, _store_writer, url, sessions, seconds))
+            store_rate = sum(store_rates) / len(store_rates)
+            raw_rate = sum(raw_rates) / len(raw_rates)
             row = {
                 "backend": backend,
                 "writers": n,
@@ -218,8 +229,9 @@ def render(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         "# Concurrent writers: store against the raw driver",
         "",
         f"Command: `{meta['command']}`. Each writer appends single events (one transaction "
-        f"each) to its own session for {meta['seconds']:g} s. *threads*: one shared "
-        "`EventStore` (its connection pool) and, for the floor, one connection per thread; "
+        f"each) to its own session for {meta['seconds']:g} s, twice for the store and twice "
+        "for the floor (store, floor, floor, store; the rates are the means). *threads*: one "
+        "shared `EventStore` (its connection pool) and, for the floor, one connection per thread; "
         "*processes*: each process opens its own store or connection. The floor inserts "
         "the same payload text into a `(session_id, seq, payload)` table with the "
         "store's durability settings.",

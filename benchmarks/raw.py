@@ -105,66 +105,65 @@ class RawPostgres:
 
 
 class StoreSQL:
-    """A diagnostic between the floor and the store: the store's own statements for one
-    append (lock the head, insert the event, insert its parts, move the head, commit),
-    sent straight through the driver with the hash chain computed inline.
+    """A diagnostic between the floor and the store: the statements of the store's append
+    fast path for one event, sent straight through the driver with the hash chain
+    computed inline. Like the store, it remembers the head its last append left, so no
+    head is read: on SQLite ``BEGIN IMMEDIATE``, the guarded head move (the feed trigger
+    fires), the event and parts inserts, ``COMMIT``; on Postgres the one guarded
+    statement, in autocommit.
 
     The gap between the floor and this is the schema and its round trips; the gap between
-    this and the store is the library's Python work (validation, encoding, SQLAlchemy).
+    this and the store is the library's Python work (validation, encoding, pooling).
     """
 
     name = "driver, store's SQL"
 
     def __init__(self, store_url: str, session_id: str, tenant: str = "default") -> None:
         self.sid, self.tenant = session_id, tenant
+        self.head, self.prev = 0, None
         u = make_url(store_url)
         self.pg = u.get_backend_name() == "postgresql"
         if self.pg:
             import psycopg
 
-            self.conn: Any = psycopg.connect(**pg_conninfo(store_url))
-            self.p = "%s"
+            self.conn: Any = psycopg.connect(**pg_conninfo(store_url), autocommit=True)
         else:
             self.conn = sqlite3.connect(u.database or "", isolation_level=None)
             self.conn.execute("PRAGMA journal_mode=WAL")
             self.conn.execute("PRAGMA synchronous=FULL")
-            self.p = "?"
+            self.conn.execute("PRAGMA foreign_keys=ON")
 
     def append_one(self, kind: str, payload: str, token_count: int, parts: list[dict]) -> None:
+        from eventstore._fast import _SQLITE_EVENT, _SQLITE_HEAD, _SQLITE_PART, _pg_sql
         from eventstore.codec import chain_hash, new_id
         from eventstore.events import utcnow
 
-        p, c = self.p, self.conn
+        c, sid, head = self.conn, self.sid, self.head
         now = utcnow()
-        stamp: Any = now if self.pg else now.replace(tzinfo=None).isoformat(" ")
-        if not self.pg:
-            c.execute("BEGIN IMMEDIATE")
-        head, prev = c.execute(
-            f"SELECT head_seq, head_hash FROM sessions WHERE id = {p} AND tenant = {p}"
-            + (" FOR UPDATE" if self.pg else ""),
-            (self.sid, self.tenant),
-        ).fetchone()
         seq, eid = head + 1, new_id()
-        digest = chain_hash(prev, seq, eid, kind, now, payload)
-        c.execute(
-            "INSERT INTO events (session_id, seq, id, kind, created_at, payload, token_count, "
-            f"size, hash) VALUES ({p}, {p}, {p}, {p}, {p}, {p}, {p}, {p}, {p})",
-            (self.sid, seq, eid, kind, stamp, payload, token_count, len(payload), digest),
-        )
-        if parts:
-            cols = ("idx", "type", "tool_call_id", "tool_name", "state", "token_count")
-            values = ", ".join(f"({', '.join([p] * (len(cols) + 2))})" for _ in parts)
-            args: list[Any] = []
-            for row in parts:
-                args += [self.sid, seq, *(row[k] for k in cols)]
-            c.execute(
-                f"INSERT INTO parts (session_id, seq, {', '.join(cols)}) VALUES {values}", args
-            )
-        c.execute(
-            f"UPDATE sessions SET head_seq = {p}, head_hash = {p}, updated_at = {p} WHERE id = {p}",
-            (seq, digest, stamp, self.sid),
-        )
-        c.commit() if self.pg else c.execute("COMMIT")
+        digest = chain_hash(self.prev, seq, eid, kind, now, payload)
+        size = len(payload.encode("utf-8"))
+        cols = ("idx", "type", "tool_call_id", "tool_name", "state", "token_count")
+        part_rows = [(sid, seq, *(row[k] for k in cols)) for row in parts]
+        if self.pg:
+            params: list[Any] = [seq, digest, now, sid, self.tenant, head, self.prev, seq, seq]
+            params += [sid, seq, eid, kind, now, payload, token_count, size, None, None, None]
+            params.append(digest)
+            for row in part_rows:
+                params.extend(row)
+            applied = c.execute(_pg_sql(1, len(part_rows)), params).fetchone()[0]
+        else:
+            stamp = now.replace(tzinfo=None).isoformat(" ", "microseconds")
+            c.execute("BEGIN IMMEDIATE")
+            cur = c.execute(_SQLITE_HEAD, (seq, digest, stamp, sid, self.tenant, head, self.prev))
+            applied = cur.rowcount
+            ev = (sid, seq, eid, kind, stamp, payload, token_count, size, None, None, None, digest)
+            c.execute(_SQLITE_EVENT, ev)
+            for row in part_rows:
+                c.execute(_SQLITE_PART, row)
+            c.execute("COMMIT")
+        assert applied == 1, "the diagnostic's head went stale"
+        self.head, self.prev = seq, digest
 
     def close(self) -> None:
         self.conn.close()

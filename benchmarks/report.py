@@ -562,9 +562,11 @@ def render(
         "`INSERT` of the same payload text into a `(session_id, seq)`-keyed table, committed "
         "on its own (stdlib `sqlite3` with WAL and `synchronous=FULL`, as the store; psycopg "
         "in autocommit). Both tables hold the same number of rows at each size. The last "
-        "column is a diagnostic: the store's own statements for one append (lock the head, "
-        "insert the event and its parts, move the head, commit) sent straight through the "
-        "driver into the store's schema. Floor → store's SQL is the cost of the schema and "
+        "column is a diagnostic: the statements of the store's append fast path for one "
+        "event (on SQLite `BEGIN IMMEDIATE`, the guarded head move with its feed trigger, "
+        "the event and parts inserts, `COMMIT`; on Postgres its one guarded statement in "
+        "autocommit) sent straight through the driver into the store's schema, with the head "
+        "remembered as the store remembers it. Floor → store's SQL is the cost of the schema and "
         "its round trips; store's SQL → eventstore is the library's Python work. The three "
         "are timed alternately, one append each in turn.",
         "",

@@ -9,6 +9,7 @@ lives. Either wait running out is a :class:`~eventstore.errors.StorageBusyError`
 from __future__ import annotations
 
 import os
+import sqlite3
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +27,7 @@ __all__ = [
     "configure_postgres",
     "Timeouts",
     "map_db_error",
+    "busy_error",
 ]
 
 DEFAULT_URL = "sqlite:///eventstore.db"
@@ -100,21 +102,35 @@ class Timeouts:
     lock_timeout_ms: int
 
 
-def map_db_error(exc: DBAPIError, timeouts: Timeouts | None = None) -> EventStoreError:
-    """The typed error for a driver error: lock waits become :class:`StorageBusyError`."""
-    text = str(exc.orig) if exc.orig is not None else str(exc)
-    if isinstance(exc, OperationalError) and "database is locked" in text:
+def busy_error(exc: BaseException, timeouts: Timeouts | None = None) -> StorageBusyError | None:
+    """The :class:`StorageBusyError` for a lock wait that ran out (``exc`` from SQLAlchemy
+    or straight from the driver), else ``None``."""
+    if isinstance(exc, StorageBusyError):
+        return exc
+    orig = exc.orig if isinstance(exc, DBAPIError) else exc
+    text = str(orig) if orig is not None else str(exc)
+    locked = isinstance(exc, OperationalError) or isinstance(orig, sqlite3.OperationalError)
+    if locked and "database is locked" in text:
         waited = f" ({timeouts.busy_timeout_ms} ms)" if timeouts else ""
         return StorageBusyError(
             f"the SQLite database stayed locked by another writer past the busy timeout"
             f"{waited}; nothing was written: retry (an append with the same idempotency key "
             "is safe to repeat), raise busy_timeout_ms or reduce concurrent writers"
         )
-    if getattr(exc.orig, "sqlstate", None) == "55P03":  # lock_not_available
+    if getattr(orig, "sqlstate", None) == "55P03":  # lock_not_available
         waited = f" ({timeouts.lock_timeout_ms} ms)" if timeouts else ""
         return StorageBusyError(
             f"another transaction held a lock this write needs past the lock timeout"
             f"{waited}; nothing was written: retry (an append with the same idempotency key "
             "is safe to repeat), or raise EventStore(..., lock_timeout_ms=N)"
         )
+    return None
+
+
+def map_db_error(exc: DBAPIError, timeouts: Timeouts | None = None) -> EventStoreError:
+    """The typed error for a driver error: lock waits become :class:`StorageBusyError`."""
+    busy = busy_error(exc, timeouts)
+    if busy is not None:
+        return busy
+    text = str(exc.orig) if exc.orig is not None else str(exc)
     return StorageError(f"database error: {text.strip().splitlines()[0] if text else exc}")

@@ -10,37 +10,45 @@ statement that moves the head *only if it is still there*:
   no row (Postgres re-checks the condition after waiting for the row lock), nothing is
   inserted, and the append takes the ordinary path, which reads the head under a lock and
   reports conflicts as usual.
-* SQLite: the same guarded ``UPDATE`` first (it takes the write lock), then the inserts,
-  on the driver connection, skipping the head read.
+* SQLite: ``BEGIN IMMEDIATE``, the same guarded ``UPDATE`` (no head read), the inserts,
+  ``COMMIT``.
+
+Both run on a pooled driver connection taken from the engine without SQLAlchemy's
+``Connection`` around it: for a one-event append, checking out, beginning and committing
+through it cost about as much Python as everything else the append does. The statements
+are fixed texts (one per batch shape), so the driver's statement caches keep them
+prepared.
 
 Only plain appends take it: a batch with an idempotency key, a prune or an attachment to
 store goes the ordinary way. Either way the rows and hashes are the same; a test holds the
-two paths to that.
+two paths to that. A lock wait that runs out raises :class:`StorageBusyError` at once
+(the ordinary path would only wait a second time); any other failure drops the
+remembered head and leaves the append to the ordinary path, which maps errors as usual.
 """
 
 from __future__ import annotations
 
+import os
+import threading
+import weakref
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy.engine import Connection
-
 from ._bulk import (
-    _EV_SQLITE,
     _EVENT_COLS,
     _PART_COLS,
     _PG_EVENT_TYPES,
     _PG_PART_TYPES,
-    _PT_SQLITE,
-    _sqlite_row,
     _sqlite_ts,
 )
+from ._engine import busy_error
 from ._sql import build_rows
 from .codec import Encoded
 from .events import Prune, utcnow
 from .records import AppendResult
 
-__all__ = ["fast_append", "eligible", "HeadCache", "try_fast"]
+__all__ = ["eligible", "close_driver_slot", "DriverSlot", "HeadCache", "try_fast"]
 
 
 class HeadCache:
@@ -62,6 +70,80 @@ class HeadCache:
         self._heads.pop(session_id, None)
 
 
+class DriverSlot:
+    """One pooled driver connection a store keeps checked out for its fast path.
+
+    Checking a connection out of SQLAlchemy's pool and back in (its reset rolls back; on
+    Postgres the fast path also switched autocommit on and off) cost a tenth of a
+    one-event append's Python. The slot keeps one connection for whichever thread finds
+    it free (on Postgres left in autocommit, the fast path's only mode); a thread that
+    finds it taken checks one out of the pool as before. The store returns it on
+    :meth:`close` (or when it is garbage-collected); a process forked from the one that
+    took it checks out its own.
+    """
+
+    def __init__(self, engine: Any) -> None:
+        self._engine = engine
+        self._pg = engine.dialect.name == "postgresql"
+        self._lock = threading.Lock()
+        self._pooled: Any = None
+        self.cursor: Any = None  # Postgres: one cursor on the kept connection, reused
+        self._pid = 0
+        self._closed = False
+
+    @classmethod
+    def for_store(cls, store: object, engine: Any, owns_engine: bool) -> DriverSlot | None:
+        """The slot of a store, on an engine it owns (a shared engine's pool is the
+        caller's to size): checked back in by the store's ``close()``, or when the store
+        is collected."""
+        if not owns_engine:
+            return None
+        slot = cls(engine)
+        weakref.finalize(store, slot.close)
+        return slot
+
+    def take(self) -> tuple[Any, bool]:
+        """A pooled connection, and whether it is the slot's (then :meth:`give` it back)."""
+        if self._lock.acquire(blocking=False):
+            if not self._closed:
+                if self._pooled is None or self._pid != os.getpid():
+                    pooled = self._engine.raw_connection()
+                    if self._pg:
+                        pooled.driver_connection.autocommit = True
+                        self.cursor = pooled.driver_connection.cursor()
+                    self._pooled, self._pid = pooled, os.getpid()
+                return self._pooled, True
+            self._lock.release()
+        return self._engine.raw_connection(), False
+
+    def give(self, pooled: Any, kept: bool, broken: bool = False) -> None:
+        """Return what :meth:`take` gave; a ``broken`` connection is not kept."""
+        if not kept:
+            pooled.close()
+            return
+        if broken:
+            self._pooled = self.cursor = None
+            pooled.close()
+        self._lock.release()
+
+    def close(self) -> None:
+        """Check the kept connection back in (as the pool hands connections out)."""
+        with self._lock:
+            self._closed = True
+            pooled, self._pooled = self._pooled, None
+            cursor, self.cursor = self.cursor, None
+            if pooled is None or self._pid != os.getpid():
+                return
+            try:
+                if cursor is not None:
+                    cursor.close()
+                if self._pg:
+                    pooled.driver_connection.autocommit = False
+            except Exception as exc:
+                pooled.invalidate(exc)
+            pooled.close()
+
+
 #: Larger batches go the ordinary way: there ``executemany`` pipelines the rows, while one
 #: statement with thousands of parameters costs more to parse than the round trips it saves.
 MAX_FAST_BATCH = 16
@@ -74,74 +156,115 @@ def eligible(encoded: Sequence[Encoded], idempotency_key: str | None) -> bool:
     return not any(e.blobs or isinstance(e.event, Prune) for e in encoded)
 
 
-def _values(
-    rows: list[dict[str, Any]], cols: tuple[str, ...], types: tuple[str, ...]
-) -> tuple[str, list[Any]]:
-    """A Postgres ``VALUES`` list with typed placeholders, and its parameters."""
-    group = "(" + ", ".join(f"%s::{t}" for t in types) + ")"
-    params: list[Any] = []
-    for row in rows:
-        params.extend(row[c] for c in cols)
-    return ", ".join([group] * len(rows)), params
+def _sqlite_text(value: datetime) -> str:
+    """:func:`eventstore._bulk._sqlite_ts` for the common case, without ``strftime``:
+    naive UTC text with microseconds, as SQLAlchemy stores it."""
+    if value.tzinfo is not UTC or value.year < 1000:
+        return _sqlite_ts(value)
+    return value.replace(tzinfo=None).isoformat(" ", "microseconds")
 
 
-def fast_append(
-    conn: Connection,
+_SQLITE_HEAD = (
+    "UPDATE sessions SET head_seq = ?, head_hash = ?, updated_at = ? "
+    "WHERE id = ? AND tenant = ? AND head_seq = ? AND head_hash IS ? AND deleted_at IS NULL"
+)
+_SQLITE_EVENT = f"INSERT INTO events ({', '.join(_EVENT_COLS)}) VALUES ({', '.join('?' * 12)})"
+_SQLITE_PART = f"INSERT INTO parts ({', '.join(_PART_COLS)}) VALUES ({', '.join('?' * 8)})"
+
+
+def _sqlite_write(
+    db: Any,
     tenant: str,
     session_id: str,
-    encoded: list[Encoded],
     head: int,
     head_hash: str | None,
-) -> AppendResult | None:
-    """Append after the remembered ``head``; ``None`` when the head moved (nothing written)."""
-    now = utcnow()
-    event_rows, part_rows, _prunes, new_hash, seq = build_rows(
-        session_id, head, head_hash, encoded, None, None, now
-    )
-    newest = event_rows[-1]["created_at"]
-    driver = conn.connection.driver_connection
-    assert driver is not None
-    if conn.dialect.name == "postgresql":
-        ev_sql, ev_params = _values(event_rows, _EVENT_COLS, _PG_EVENT_TYPES)
-        sql = (
-            "WITH h AS (UPDATE sessions SET head_seq = %s, head_hash = %s, updated_at = %s "
-            "WHERE id = %s AND tenant = %s AND head_seq = %s "
-            "AND head_hash IS NOT DISTINCT FROM %s AND deleted_at IS NULL RETURNING id), "
-            f"e AS (INSERT INTO events ({', '.join(_EVENT_COLS)}) "
-            f"SELECT * FROM (VALUES {ev_sql}) AS v WHERE EXISTS (SELECT 1 FROM h))"
+    seq: int,
+    new_hash: str | None,
+    event_rows: list[dict[str, Any]],
+    part_rows: list[dict[str, Any]],
+) -> bool:
+    """The statements of a fast append on a ``sqlite3`` connection inside the caller's
+    write transaction; ``False`` (nothing written) when the head moved."""
+    stamps = [_sqlite_text(r["created_at"]) for r in event_rows]
+    cur = db.execute(_SQLITE_HEAD, (seq, new_hash, stamps[-1], session_id, tenant, head, head_hash))
+    if cur.rowcount != 1:
+        return False
+    ev = [
+        (
+            r["session_id"], r["seq"], r["id"], r["kind"], stamp, r["payload"],
+            r["token_count"], r["size"], None, None, None, r["hash"],
         )
-        params: list[Any] = [seq, new_hash, newest, session_id, tenant, head, head_hash]
-        params += ev_params
-        if part_rows:
-            pt_sql, pt_params = _values(part_rows, _PART_COLS, _PG_PART_TYPES)
-            sql += (
-                f", p AS (INSERT INTO parts ({', '.join(_PART_COLS)}) "
-                f"SELECT * FROM (VALUES {pt_sql}) AS v WHERE EXISTS (SELECT 1 FROM h))"
-            )
-            params += pt_params
-        sql += " SELECT count(*) FROM h"
-        with driver.cursor() as cur:
-            cur.execute(sql, params)
-            applied = cur.fetchone()[0]
-        if not applied:
-            return None
+        for r, stamp in zip(event_rows, stamps, strict=True)
+    ]  # fmt: skip
+    pt = [tuple(r[c] for c in _PART_COLS) for r in part_rows]
+    if len(ev) == 1:
+        db.execute(_SQLITE_EVENT, ev[0])
     else:
-        cur = driver.cursor()
-        try:
-            cur.execute(
-                "UPDATE sessions SET head_seq = ?, head_hash = ?, updated_at = ? "
-                "WHERE id = ? AND tenant = ? AND head_seq = ? AND head_hash IS ? "
-                "AND deleted_at IS NULL",
-                (seq, new_hash, _sqlite_ts(newest), session_id, tenant, head, head_hash),
-            )
-            if cur.rowcount != 1:
-                return None
-            cur.executemany(_EV_SQLITE, [_sqlite_row(r, _EVENT_COLS) for r in event_rows])
-            if part_rows:
-                cur.executemany(_PT_SQLITE, [_sqlite_row(r, _PART_COLS) for r in part_rows])
-        finally:
-            cur.close()
-    return AppendResult(seqs=list(range(head + 1, seq + 1)), head_seq=seq, head_hash=new_hash)
+        db.executemany(_SQLITE_EVENT, ev)
+    if len(pt) == 1:
+        db.execute(_SQLITE_PART, pt[0])
+    elif pt:
+        db.executemany(_SQLITE_PART, pt)
+    return True
+
+
+_PG_SQL: dict[tuple[int, int], str] = {}
+
+
+def _pg_sql(events: int, parts: int) -> str:
+    """The one statement of a fast append of ``events`` events with ``parts`` parts."""
+    sql = _PG_SQL.get((events, parts))
+    if sql is not None:
+        return sql
+
+    def values(types: tuple[str, ...], rows: int) -> str:
+        group = "(" + ", ".join(f"%s::{t}" for t in types) + ")"
+        return ", ".join([group] * rows)
+
+    sql = (
+        "WITH h AS (UPDATE sessions SET head_seq = %s, head_hash = %s, updated_at = %s "
+        "WHERE id = %s AND tenant = %s AND head_seq = %s "
+        "AND head_hash IS NOT DISTINCT FROM %s AND deleted_at IS NULL RETURNING id, tenant), "
+        # The range, queued for the tenant feed (see eventstore._feed and _sql.move_head).
+        "f AS (INSERT INTO feed_pending (session_id, from_seq, to_seq, tenant, queued_at) "
+        "SELECT id, %s::integer, %s::integer, tenant, clock_timestamp() FROM h), "
+        f"e AS (INSERT INTO events ({', '.join(_EVENT_COLS)}) "
+        f"SELECT * FROM (VALUES {values(_PG_EVENT_TYPES, events)}) AS v "
+        "WHERE EXISTS (SELECT 1 FROM h))"
+    )
+    if parts:
+        sql += (
+            f", p AS (INSERT INTO parts ({', '.join(_PART_COLS)}) "
+            f"SELECT * FROM (VALUES {values(_PG_PART_TYPES, parts)}) AS v "
+            "WHERE EXISTS (SELECT 1 FROM h))"
+        )
+    sql += " SELECT count(*) FROM h"
+    _PG_SQL[(events, parts)] = sql
+    return sql
+
+
+def _pg_write(
+    cur: Any,
+    tenant: str,
+    session_id: str,
+    head: int,
+    head_hash: str | None,
+    seq: int,
+    new_hash: str | None,
+    event_rows: list[dict[str, Any]],
+    part_rows: list[dict[str, Any]],
+) -> bool:
+    """The one statement of a fast append on a psycopg cursor; ``False`` (nothing
+    written) when the head moved."""
+    newest = event_rows[-1]["created_at"]
+    params: list[Any] = [seq, new_hash, newest, session_id, tenant, head, head_hash, head + 1, seq]
+    for r in event_rows:
+        params.extend(r[c] for c in _EVENT_COLS)
+    for r in part_rows:
+        params.extend(r[c] for c in _PART_COLS)
+    cur.execute(_pg_sql(len(event_rows), len(part_rows)), params)
+    row = cur.fetchone()
+    return bool(row and row[0])
 
 
 def try_fast(
@@ -160,28 +283,122 @@ def try_fast(
     head, head_hash = cached
     if expected_seq is not None and expected_seq != head:
         return None  # the ordinary path reports the conflict with the current head
-    if store.dialect == "postgresql" and not store._lock_local:
-        store._open_schema()
-        with store.engine.connect() as conn:
-            conn = conn.execution_options(isolation_level="AUTOCOMMIT")
-            try:
-                result = fast_append(conn, store.tenant, session_id, encoded, head, head_hash)
-            except Exception:
-                store._heads.drop(session_id)
-                return None  # the ordinary path repeats the append and maps any error
-            # Outside the try: the append is committed, so a failure here must not make
-            # the ordinary path write it a second time.
-            if result is not None and store._replica is not None:
-                store._replica.note_write(conn)  # reads on the replica wait for it
-    else:
-        try:
-            with store._tx(write=True) as conn:
-                result = fast_append(conn, store.tenant, session_id, encoded, head, head_hash)
-        except Exception:
-            store._heads.drop(session_id)
-            return None
-    if result is None:
+    event_rows, part_rows, _prunes, new_hash, seq = build_rows(
+        session_id, head, head_hash, encoded, None, None, utcnow()
+    )
+    args = (store.tenant, session_id, head, head_hash, seq, new_hash, event_rows, part_rows)
+    store._open_schema()
+    try:
+        if store.dialect == "postgresql":
+            applied = _pg_append(store, args)
+        else:
+            applied = _sqlite_append(store, args)
+    except Exception as exc:
+        store._heads.drop(session_id)
+        busy = busy_error(exc, store._timeouts)
+        if busy is not None:
+            raise busy from None  # nothing was written; waiting again would not help
+        return None  # the ordinary path repeats the append and maps any error
+    if not applied:
         store._heads.drop(session_id)
         return None
-    store._heads.put(session_id, result.head_seq, result.head_hash)
-    return result
+    store._heads.put(session_id, seq, new_hash)
+    return AppendResult(seqs=list(range(head + 1, seq + 1)), head_seq=seq, head_hash=new_hash)
+
+
+def _sqlite_append(store: Any, args: tuple[Any, ...]) -> bool:
+    pooled, kept = _take(store)
+    broken = False
+    try:
+        db = pooled.driver_connection
+        db.execute("BEGIN IMMEDIATE")  # the connection runs with isolation_level=None
+        try:
+            applied = _sqlite_write(db, *args)
+            db.execute("COMMIT" if applied else "ROLLBACK")
+        except BaseException:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise
+    except Exception as exc:
+        broken = _discard_if_broken(store, pooled, exc)
+        raise
+    finally:
+        _give(store, pooled, kept, broken)
+    return applied
+
+
+def _pg_append(store: Any, args: tuple[Any, ...]) -> bool:
+    if store._lock_local:
+        # A caller's engine has no lock_timeout of ours: a transaction sets it locally.
+        with store._tx(write=True) as conn:
+            with conn.connection.driver_connection.cursor() as cur:
+                return _pg_write(cur, *args)
+    pooled, kept = _take(store)
+    broken = False
+    try:
+        db = pooled.driver_connection
+        if kept:
+            # The slot's connection stays in autocommit, its cursor is reused.
+            applied = _pg_write(store.__dict__["_driver_slot"].cursor, *args)
+        else:
+            db.autocommit = True  # the statement is its own transaction: one round trip
+            try:
+                with db.cursor() as cur:
+                    applied = _pg_write(cur, *args)
+            finally:
+                db.autocommit = False  # as the pool hands it out
+        # After the commit, and never failing the append: reads on the replica wait
+        # for this position.
+        if applied and store._replica is not None:
+            store._replica.note_driver_write(db)
+    except Exception as exc:
+        broken = _discard_if_broken(store, pooled, exc)
+        raise
+    finally:
+        _give(store, pooled, kept, broken)
+    return applied
+
+
+_SLOT_LOCK = threading.Lock()
+
+
+def _slot(store: Any) -> DriverSlot | None:
+    """The store's slot, made on its first fast append."""
+    slot: DriverSlot | None
+    try:
+        slot = store.__dict__["_driver_slot"]
+    except KeyError:
+        with _SLOT_LOCK:
+            if "_driver_slot" not in store.__dict__:
+                made = DriverSlot.for_store(store, store.engine, store._owns_engine)
+                store.__dict__["_driver_slot"] = made
+            slot = store.__dict__["_driver_slot"]
+    return slot
+
+
+def close_driver_slot(store: Any) -> None:
+    """Check the store's kept connection back in (``EventStore.close``)."""
+    slot = store.__dict__.get("_driver_slot")
+    if slot is not None:
+        slot.close()
+
+
+def _take(store: Any) -> tuple[Any, bool]:
+    slot = _slot(store)
+    return (store.engine.raw_connection(), False) if slot is None else slot.take()
+
+
+def _give(store: Any, pooled: Any, kept: bool, broken: bool) -> None:
+    if kept:
+        store.__dict__["_driver_slot"].give(pooled, kept, broken)
+    else:
+        pooled.close()
+
+
+def _discard_if_broken(store: Any, pooled: Any, exc: Exception) -> bool:
+    """Invalidate a pooled connection the error says is gone (what SQLAlchemy's own
+    ``Connection`` does), so the pool does not hand it out again; whether it was."""
+    if store.engine.dialect.is_disconnect(exc, pooled.dbapi_connection, None):
+        pooled.invalidate(exc)
+        return True
+    return False

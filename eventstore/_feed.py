@@ -5,10 +5,12 @@ must never skip one. The classic trap is a transaction that takes a position, co
 late, and lands *below* a position a follower has already passed. Here no append takes a
 position at all (there is no tenant-wide lock or counter on the append path):
 
-* a trigger on ``sessions`` records each append's seq range when the head moves;
-* on SQLite that trigger numbers the range at once (``max(position_end) + 1``): SQLite
-  writers hold the database lock until they commit, so numbering order is commit order;
-* on Postgres the trigger only queues the range in ``feed_pending``, with the time of the
+* each append records its seq range when the head moves, in the same transaction;
+* on SQLite a trigger on ``sessions`` numbers the range at once (``max(position_end) +
+  1``): SQLite writers hold the database lock until they commit, so numbering order is
+  commit order;
+* on Postgres the statement that moves the head (:func:`eventstore._sql.move_head`, and
+  the append fast path's) only queues the range in ``feed_pending``, with the time of the
   append. A reader of the feed first moves the queued ranges into ``feed``, numbering
   them in the order of those times, under a per-tenant advisory lock (:func:`sequence`).
   It can only see committed ranges, and every later run numbers above it, so a range that

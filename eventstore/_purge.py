@@ -271,11 +271,7 @@ def purge_rows(
         session_id, head, head_hash, enc, None, None, now
     )
     conn.execute(events.insert(), event_rows)
-    conn.execute(
-        update(sessions)
-        .where(sessions.c.id == session_id)
-        .values(head_seq=new_head, head_hash=new_hash, updated_at=now)
-    )
+    _sql.move_head(conn, session_id, head, new_head, new_hash, now)
     _forget_search(conn, session_id, [r.seq for r in todo])
     _forget_blobs(conn, tenant, refs)
     return new_head, record, new_head, new_hash

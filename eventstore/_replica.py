@@ -39,6 +39,7 @@ T = TypeVar("T")
 DEFAULT_READ_WAIT_MS = 200
 
 _POLL_S = 0.002
+_WAL_LSN = "SELECT pg_current_wal_lsn()::text"
 
 
 def parse_lsn(text: str) -> int:
@@ -67,13 +68,29 @@ class ReadReplica:
         until a later write records one.
         """
         try:
-            raw = conn.exec_driver_sql("SELECT pg_current_wal_lsn()::text").scalar_one()
+            raw = conn.exec_driver_sql(_WAL_LSN).scalar_one()
             lsn = parse_lsn(raw)
         except (DBAPIError, ValueError):
-            with self._lock:
-                self._unknown = True
-            return
+            lsn = None
+        self._note(lsn)
+
+    def note_driver_write(self, driver: Any) -> None:
+        """:meth:`note_write` on a psycopg connection used outside SQLAlchemy (the append
+        fast path); never raises either."""
+        try:
+            with driver.cursor() as cur:
+                cur.execute(_WAL_LSN)
+                row = cur.fetchone()
+            lsn = parse_lsn(row[0])
+        except Exception:  # any driver error: the write itself is committed
+            lsn = None
+        self._note(lsn)
+
+    def _note(self, lsn: int | None) -> None:
         with self._lock:
+            if lsn is None:
+                self._unknown = True
+                return
             self._written = max(self._written, lsn)
             self._unknown = False
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import and_, bindparam, func, insert, select, update
+from sqlalchemy import and_, bindparam, func, insert, select, text, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
@@ -382,6 +382,14 @@ _SET_HEAD = (
         updated_at=bindparam("now", type_=sessions.c.updated_at.type),
     )
 )
+# Postgres: the same head move, queueing the appended range for the tenant feed in the
+# same statement (see eventstore._feed; SQLite's trigger numbers it instead).
+_SET_HEAD_PG = text(
+    "WITH h AS (UPDATE sessions SET head_seq = :new_seq, head_hash = :new_hash, "
+    "updated_at = :now WHERE id = :sid RETURNING id, tenant) "
+    "INSERT INTO feed_pending (session_id, from_seq, to_seq, tenant, queued_at) "
+    "SELECT id, :from_seq, :new_seq, tenant, clock_timestamp() FROM h"
+).bindparams(bindparam("now", type_=sessions.c.updated_at.type))
 _INSERT_EVENTS = insert(events)
 _INSERT_PARTS = insert(parts)
 
@@ -456,9 +464,21 @@ def append(
         for prune_seq, prune, created in prunes:
             _apply_prune(conn, session_id, segments, prune_seq, prune, created)
     # updated_at follows the newest event's time (the caller's, when it gave one).
-    newest = event_rows[-1]["created_at"]
-    conn.execute(_SET_HEAD, {"sid": session_id, "new_seq": seq, "new_hash": prev, "now": newest})
+    move_head(conn, session_id, head, seq, prev, event_rows[-1]["created_at"])
     return AppendResult(seqs=list(range(head + 1, seq + 1)), head_seq=seq, head_hash=prev)
+
+
+def move_head(
+    conn: Connection, session_id: str, head: int, new_seq: int, new_hash: str | None, now: datetime
+) -> None:
+    """Move the session's head from ``head`` to ``new_seq`` and have the events in between
+    fed to the tenant feed (every statement that moves a head goes through here, or does
+    what it does: the append fast path)."""
+    params = {"sid": session_id, "new_seq": new_seq, "new_hash": new_hash, "now": now}
+    if conn.dialect.name == "postgresql":
+        conn.execute(_SET_HEAD_PG, {**params, "from_seq": head + 1})
+    else:
+        conn.execute(_SET_HEAD, params)
 
 
 Rows = list[dict[str, Any]]

@@ -55,6 +55,12 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 _PLAIN = re.compile(r"[A-Za-z0-9_.:-]*")  # JSON string text as is (ids, kinds)
 
 
+# What ``json.dumps`` with these options builds on every call, built once.
+_CANONICAL = json.JSONEncoder(
+    ensure_ascii=False, sort_keys=True, separators=(",", ":"), allow_nan=False
+)
+
+
 def canonical_json(value: Any) -> str:
     """Deterministic JSON text for ``value`` that always encodes to UTF-8.
 
@@ -63,9 +69,7 @@ def canonical_json(value: Any) -> str:
     deep to encode.
     """
     try:
-        text = json.dumps(
-            value, ensure_ascii=False, sort_keys=True, separators=(",", ":"), allow_nan=False
-        )
+        text = _CANONICAL.encode(value)
     except ValueError as exc:
         if "Out of range float" not in str(exc):
             raise
@@ -189,7 +193,11 @@ def format_ts(ts: datetime) -> str:
     """Canonical UTC timestamp text with microseconds, as hashed."""
     if ts.tzinfo is None:
         ts = ts.replace(tzinfo=UTC)
-    return ts.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    ts = ts.astimezone(UTC)
+    if ts.year < 1000:
+        return ts.strftime("%Y-%m-%dT%H:%M:%S.%fZ")  # the platform decides its padding
+    # The same text as the strftime above, built in C without parsing a format.
+    return ts.replace(tzinfo=None).isoformat("T", "microseconds") + "Z"
 
 
 def chain_hash(
@@ -267,10 +275,11 @@ class Encoded:
 
 def part_columns(idx: int, part: Part) -> dict[str, Any]:
     """The ``parts`` index columns copied from one part (all but its token count)."""
-    call_id = getattr(part, "tool_call_id", None) or (
-        getattr(part, "id", None) if part.type == "tool_call" else None
-    )
-    name = getattr(part, "name", None) if part.type in ("tool_call", "tool_result") else None
+    # The fields themselves: a missing attribute on a model raises (and formats) an
+    # AttributeError inside getattr, which costs more than the rest of this function.
+    fields = part.__dict__
+    call_id = fields.get("tool_call_id") or (fields.get("id") if part.type == "tool_call" else None)
+    name = fields.get("name") if part.type in ("tool_call", "tool_result") else None
     return {
         "idx": idx,
         "type": part.type,
@@ -338,7 +347,7 @@ def encode(evt: Event, counter: TokenCounter, blob_threshold: int | None = None)
     if isinstance(evt, Message) and blob_threshold is not None:
         stored, blobs = _strip_blobs(evt, blob_threshold)
     payload = encode_event(stored)
-    size = len(payload.encode("utf-8"))
+    size = len(payload) if payload.isascii() else len(payload.encode("utf-8"))
     part_rows: list[dict[str, Any]] = []
     if isinstance(evt, Message):
         total = MESSAGE_OVERHEAD

@@ -48,7 +48,7 @@ __all__ = [
 ]
 
 #: The Alembic revision this code expects. A test asserts it equals the migration head.
-SCHEMA_REVISION = "0007"
+SCHEMA_REVISION = "0008"
 
 NAMING_CONVENTION = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -187,7 +187,8 @@ fork_compactions = Table(
 # so a follower can read "everything after position P" across sessions and never skip an
 # event. Positions are assigned in commit order: on SQLite by a trigger (writers hold the
 # database lock until commit, so the order of assignment is the order of commits); on
-# Postgres a trigger only queues the range in ``feed_pending``, and a reader of the feed
+# Postgres the statement that moves the head only queues the range in ``feed_pending``
+# (a trigger did until 0008), and a reader of the feed
 # moves committed ranges into ``feed`` under a per-tenant advisory lock (see
 # ``eventstore._feed``): a range is numbered only once it is visible, so a transaction
 # that commits late can never receive a position below one a follower already passed.
@@ -261,30 +262,22 @@ END""",
     ),
 ]
 
-_PG_FEED_FUNCTION = """CREATE OR REPLACE FUNCTION eventstore_feed_pending() RETURNS trigger AS $$
-BEGIN
-    INSERT INTO feed_pending (session_id, from_seq, to_seq, tenant, queued_at)
-    VALUES (NEW.id, OLD.head_seq + 1, NEW.head_seq, NEW.tenant, clock_timestamp());
-    RETURN NULL;
-END;
-$$ LANGUAGE plpgsql"""
-
-_PG_FEED_TRIGGERS = [
-    (
-        "sessions_feed",
-        "sessions",
-        """CREATE TRIGGER sessions_feed AFTER UPDATE OF head_seq ON sessions
-FOR EACH ROW WHEN (NEW.head_seq > OLD.head_seq) EXECUTE FUNCTION eventstore_feed_pending()""",
-    ),
+# Postgres has no feed trigger since 0008: the statements that move a head queue the range
+# in ``feed_pending`` themselves (``eventstore._sql.move_head`` and the append fast path).
+# What 0003 installed there, dropped by 0008 (and by downgrades):
+_PG_FEED_DROP = [
+    "DROP TRIGGER IF EXISTS sessions_feed ON sessions",
+    "DROP FUNCTION IF EXISTS eventstore_feed_pending()",
 ]
 
 
 def feed_trigger_ddl(dialect: str) -> list[str]:
-    """DDL that installs the trigger feeding the tenant feed for ``dialect``."""
+    """DDL that installs the trigger feeding the tenant feed for ``dialect`` (none on
+    Postgres since 0008)."""
     if dialect == "sqlite":
         return [sql for _, sql in _SQLITE_FEED_TRIGGERS]
     if dialect == "postgresql":
-        return [_PG_FEED_FUNCTION] + [sql for _, _, sql in _PG_FEED_TRIGGERS]
+        return []
     raise ValueError(f"unsupported dialect {dialect!r}")
 
 
@@ -293,9 +286,7 @@ def drop_feed_trigger_ddl(dialect: str) -> list[str]:
     if dialect == "sqlite":
         return [f"DROP TRIGGER IF EXISTS {name}" for name, _ in _SQLITE_FEED_TRIGGERS]
     if dialect == "postgresql":
-        return [
-            f"DROP TRIGGER IF EXISTS {name} ON {table}" for name, table, _ in _PG_FEED_TRIGGERS
-        ] + ["DROP FUNCTION IF EXISTS eventstore_feed_pending()"]
+        return list(_PG_FEED_DROP)
     raise ValueError(f"unsupported dialect {dialect!r}")
 
 

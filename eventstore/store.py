@@ -45,7 +45,7 @@ from ._engine import (
     map_db_error,
     resolve_url,
 )
-from ._fast import HeadCache, try_fast
+from ._fast import HeadCache, close_driver_slot, try_fast
 from ._feed import FeedMethods, afollow
 from ._purge import PurgeMethods
 from ._replica import DEFAULT_READ_WAIT_MS, ReplicaMethods
@@ -255,6 +255,7 @@ class EventStore(
     def close(self) -> None:
         """Release pooled connections."""
         if self._owns_engine:
+            close_driver_slot(self)
             self.engine.dispose()
             if self._replica is not None:
                 self._replica.engine.dispose()

@@ -30,7 +30,7 @@ from eventstore import (
     Usage,
     decode_tool_output,
 )
-from eventstore.codec import canonical_json, decode_event, encode_event
+from eventstore.codec import canonical_json, decode_event, encode_event, format_ts
 from eventstore.events import EVENT_ADAPTER, PART_ADAPTER, Purge
 
 EVENT_DICTS: dict[str, tuple[dict[str, Any], type]] = {
@@ -258,3 +258,40 @@ def test_decode_event_matches_the_json_loads_path(
     fast = decode_event(kind, payload, "i", created_at)
     assert fast == _decode_event_loads(kind, payload, "i", created_at)
     assert encode_event(fast) == payload
+
+
+@pytest.mark.parametrize(
+    "ts",
+    [
+        datetime(2026, 11, 25, 14, 26, 8, 0, tzinfo=UTC),  # no microseconds
+        datetime(2026, 11, 25, 14, 26, 8, 123456, tzinfo=UTC),
+        datetime(2026, 11, 25, 23, 59, 59, 999999, tzinfo=timezone(timedelta(hours=-5))),
+        datetime(2000, 1, 1, 0, 30, 0, 5, tzinfo=timezone(timedelta(hours=1))),  # 1999 in UTC
+        datetime(2026, 3, 4, 5, 6, 7, 89),  # naive: taken as UTC
+        datetime(999, 12, 31, 23, 59, 59, 1, tzinfo=UTC),
+        datetime(1, 1, 1, 0, 0, 0, 0, tzinfo=UTC),
+        datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC),
+    ],
+)
+def test_hashed_timestamp_text_is_the_strftime_text(ts: datetime) -> None:
+    """The timestamp text inside every stored hash must never change: it is the text
+    ``strftime`` gave when the first hashes were written."""
+    aware = ts if ts.tzinfo is not None else ts.replace(tzinfo=UTC)
+    assert format_ts(ts) == aware.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"b": [1, 2.5, None, True], "a": "é\u2028\x00\n", "c": {"z": {}, "y": []}},
+        ["\ud800 lone", 1e16, -0.0, 10**30],
+        "plain",
+    ],
+)
+def test_canonical_json_is_the_json_dumps_text(value: Any) -> None:
+    expected = json.dumps(
+        value, ensure_ascii=False, sort_keys=True, separators=(",", ":"), allow_nan=False
+    )
+    if not expected.isascii():
+        expected = expected.replace("\ud800", "\\ud800")
+    assert canonical_json(value) == expected

@@ -3,14 +3,24 @@ whenever its remembered head is stale."""
 
 from __future__ import annotations
 
+import time
 import uuid
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import create_engine, text
 
-from eventstore import ConflictError, EventStore, Message, PartRef, Prune, ToolCallPart, _sql
+from eventstore import (
+    ConflictError,
+    EventStore,
+    Message,
+    PartRef,
+    Prune,
+    StorageBusyError,
+    ToolCallPart,
+    _sql,
+)
 
 
 def _batch(i: int) -> list[Message]:
@@ -130,3 +140,87 @@ def test_bulk_batches_write_the_same_rows_as_small_appends(
         assert calls == 1
         assert _rows(store, bulk_sid) == _rows(store, small_sid)
         assert store.verify(bulk_sid).ok
+
+
+def test_a_fast_append_behind_a_held_lock_waits_once_then_raises_busy(db_url: str) -> None:
+    """The fast path's lock wait running out is the caller's answer: it must not fall back
+    to the ordinary path and wait a second time."""
+    tenant = f"t-{uuid.uuid4().hex}"
+    timeout_ms = 1_000
+    holder = create_engine(db_url)
+    with EventStore(
+        db_url, tenant=tenant, upgrade=True, busy_timeout_ms=timeout_ms, lock_timeout_ms=timeout_ms
+    ) as store:
+        sid = store.create_session().id
+        store.append(sid, [Message.user("one")])  # the head is remembered: next is fast
+        try:
+            with holder.connect() as conn:
+                if db_url.startswith("sqlite"):
+                    conn.exec_driver_sql("BEGIN IMMEDIATE")
+                else:
+                    conn.execute(
+                        text("SELECT head_seq FROM sessions WHERE id = :s FOR UPDATE"), {"s": sid}
+                    )
+                started = time.monotonic()
+                with pytest.raises(StorageBusyError, match="retry"):
+                    store.append(sid, [Message.user("two")], expected_seq=1)
+                waited = time.monotonic() - started
+                conn.rollback()
+        finally:
+            holder.dispose()
+        assert timeout_ms / 1000 * 0.9 <= waited < 2 * timeout_ms / 1000, waited
+        assert store.head(sid) == 1
+        assert store.append(sid, [Message.user("two")], expected_seq=1) == [2]
+        assert store.verify(sid).ok
+
+
+def test_the_fast_path_keeps_one_connection_and_gives_it_back(db_url: str) -> None:
+    """Single appends reuse one kept connection; threads that find it busy use the pool;
+    closing the store, or dropping it unclosed, checks the kept connection back in."""
+    import gc
+    import threading
+    import warnings
+
+    tenant = f"t-{uuid.uuid4().hex}"
+    store = EventStore(db_url, tenant=tenant, upgrade=True)
+    pool = store.engine.pool
+    sessions = [store.create_session().id for _ in range(4)]
+    for sid in sessions:
+        store.append(sid, [Message.user("learn the head")])
+    for i in range(5):
+        store.append(sessions[0], [Message.user(f"fast {i}")], expected_seq=i + 1)
+    assert pool.checkedout() == 1  # the kept one, and nothing else leaked
+
+    errors: list[BaseException] = []
+
+    def writer(sid: str) -> None:
+        try:
+            for _ in range(15):
+                store.append(sid, [Message.user("from a thread")])
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(sid,)) for sid in sessions]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert [store.head(sid) for sid in sessions] == [21, 16, 16, 16]
+    assert all(store.verify(sid).ok for sid in sessions)
+    assert [i.position for i in store.tail()] == list(range(1, 70))
+    assert pool.checkedout() == 1
+    store.close()
+    assert pool.checkedout() == 0
+
+    unclosed = EventStore(db_url, tenant=tenant)
+    pool = unclosed.engine.pool
+    unclosed.append(sessions[1], [Message.user("one")], expected_seq=16)
+    unclosed.append(sessions[1], [Message.user("two")], expected_seq=17)  # fast
+    assert pool.checkedout() == 1
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        del unclosed
+        gc.collect()
+    assert pool.checkedout() == 0
+    assert not [w for w in caught if "garbage collector" in str(w.message)]

@@ -236,3 +236,22 @@ def test_listeners_get_typed_notifications_and_resume(store: EventStore) -> None
     saved = notes[2].position
     again = list(notifications(store.tail(after=saved)))
     assert [type(n) for n in again] == kinds[3:]
+
+
+def test_every_path_that_moves_a_head_feeds_the_tail(api_store: Any) -> None:
+    """The ordinary append, the fast path, an idempotent append, a bulk batch and the
+    record a purge appends each reach the feed once, in order (on Postgres the statement
+    that moves the head queues the range itself: no trigger does it)."""
+    s = api_store.create_session()
+    api_store.append(s.id, [Message.user("ordinary")])  # the head is learnt here
+    api_store.append(s.id, [Message.user("fast")], expected_seq=1)
+    api_store.append(s.id, [Message.user("keyed")], idempotency_key="k")
+    api_store.append(s.id, [Message.user("keyed")], idempotency_key="k")  # a replay: no range
+    api_store.append(s.id, [Message.user(f"bulk {i}") for i in range(20)])
+    purged = api_store.purge(s.id, through_seq=2)
+    assert purged is not None
+    items = list(api_store.tail(session_id=s.id))
+    assert [i.stored.seq for i in items] == list(range(1, 25))
+    assert [i.position for i in items] == list(range(1, 25))
+    assert items[-1].stored.event.kind == "purge"
+    assert api_store.feed_position() == 24

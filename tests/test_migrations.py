@@ -60,7 +60,6 @@ PG_TRIGGERS = {
     "parts_no_truncate",
     "parts_compact_once",
     "fork_compactions_append_only",
-    "sessions_feed",
 }
 
 
@@ -223,10 +222,18 @@ def _guards(conn: Connection) -> dict[str, str]:
 
 @pytest.mark.parametrize("dialect", ["sqlite", "postgresql"])
 def test_feed_migration_trigger_equals_the_live_schema(dialect: str) -> None:
-    """Revision 0003's frozen feed trigger is what ``eventstore.schema`` produces today."""
-    migration = _load_migration(VERSIONS / "0003_feed.py")
-    assert migration._feed_trigger_ddl(dialect) == feed_trigger_ddl(dialect)
-    assert migration._drop_feed_trigger_ddl(dialect) == drop_feed_trigger_ddl(dialect)
+    """Revision 0003's frozen feed trigger is what ``eventstore.schema`` produces today on
+    SQLite; on Postgres 0008 dropped it (the append statements queue their ranges), and
+    its downgrade puts back exactly what 0003 installed."""
+    feed = _load_migration(VERSIONS / "0003_feed.py")
+    queued = _load_migration(VERSIONS / "0008_feed_queued_by_appends.py")
+    assert feed._drop_feed_trigger_ddl(dialect) == drop_feed_trigger_ddl(dialect)
+    if dialect == "sqlite":
+        assert feed._feed_trigger_ddl(dialect) == feed_trigger_ddl(dialect)
+    else:
+        assert feed_trigger_ddl(dialect) == []
+        assert queued._DROP_PG == drop_feed_trigger_ddl(dialect)
+        assert queued._RESTORE_PG == feed._feed_trigger_ddl(dialect)
 
 
 def test_migrated_database_has_the_live_schema_guards(empty_url: str) -> None:
@@ -550,3 +557,87 @@ def test_tables_without_a_revision_get_a_clear_error(empty_url: str) -> None:
     result = CliRunner().invoke(cli, ["--db", empty_url, "db", "upgrade"])
     assert result.exit_code == 1 and "interrupted" in result.stderr
     assert "Traceback" not in result.output
+
+
+def test_feed_trigger_migration_keeps_queued_ranges_and_the_chain(empty_url: str) -> None:
+    """0007 -> 0008 in place: ranges the old trigger fed (numbered on SQLite, queued on
+    Postgres) keep their place in the feed, appends after the upgrade continue it without
+    a gap or a duplicate, and 0008 -> 0007 -> 0008 round-trips the Postgres trigger."""
+    from datetime import UTC, datetime
+
+    from eventstore import Custom
+    from eventstore.codec import chain_hash, encode
+    from eventstore.tokens import HeuristicTokenCounter
+
+    tenant, sid = "legacy", "00000000-0000-4000-8000-000000000008"
+    when = datetime(2026, 1, 1, tzinfo=UTC)
+    engine = create_engine(empty_url)
+    try:
+        upgrade(engine, "0007")
+        prev = None
+        with engine.begin() as conn:
+            conn.execute(
+                text(
+                    "INSERT INTO sessions (id, tenant, metadata, head_seq, created_at, updated_at)"
+                    " VALUES (:sid, :tenant, '{}', 0, :now, :now)"
+                ),
+                {"sid": sid, "tenant": tenant, "now": when},
+            )
+            for seq in (1, 2):
+                enc = encode(Custom(name="before", data={"n": seq}), HeuristicTokenCounter())
+                eid = f"e{seq}"
+                prev = chain_hash(prev, seq, eid, enc.kind, when, enc.payload)
+                conn.execute(
+                    text(
+                        "INSERT INTO events (session_id, seq, id, kind, created_at, payload,"
+                        " token_count, size, hash) VALUES (:sid, :seq, :id, :kind, :now,"
+                        " :payload, :tokens, :size, :hash)"
+                    ),
+                    {
+                        "sid": sid,
+                        "seq": seq,
+                        "id": eid,
+                        "kind": enc.kind,
+                        "now": when,
+                        "payload": enc.payload,
+                        "tokens": enc.token_count,
+                        "size": enc.size,
+                        "hash": prev,
+                    },
+                )
+            # The head moves as 0007's appends moved it: the trigger feeds the range.
+            conn.execute(
+                text("UPDATE sessions SET head_seq = 2, head_hash = :h WHERE id = :sid"),
+                {"h": prev, "sid": sid},
+            )
+        upgrade(engine)
+        assert current_revision(engine) == SCHEMA_REVISION == "0008"
+        assert _triggers(engine) == _expected_triggers(engine)
+        assert check(engine) == []
+        if engine.dialect.name == "postgresql":
+            with engine.connect() as conn:
+                queued = conn.execute(text("SELECT from_seq, to_seq FROM feed_pending")).all()
+                gone = conn.execute(
+                    text("SELECT count(*) FROM pg_proc WHERE proname = 'eventstore_feed_pending'")
+                ).scalar_one()
+            assert [tuple(r) for r in queued] == [(1, 2)]  # waiting for a reader, as before
+            assert gone == 0
+    finally:
+        engine.dispose()
+    with EventStore(empty_url, tenant=tenant, upgrade=False) as store:
+        store.append(sid, [Message.user("after 3")])  # learns the head: ordinary path
+        store.append(sid, [Message.user("after 4")], expected_seq=3)  # fast path
+        store.append(sid, [Message.user("after 5"), Message.user("after 6")], expected_seq=4)
+        items = list(store.tail())
+        assert [(i.stored.seq, i.position) for i in items] == [(s, s) for s in range(1, 7)]
+        report = store.verify(sid, fingerprints=False)
+        assert report.ok, report.problems
+    engine = create_engine(empty_url)
+    try:
+        downgrade(engine, "0007")
+        assert _triggers(engine) == _expected_triggers(engine) | {"sessions_feed"}
+        upgrade(engine)
+        assert _triggers(engine) == _expected_triggers(engine)
+        assert check(engine) == []
+    finally:
+        engine.dispose()
