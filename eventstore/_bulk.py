@@ -6,6 +6,7 @@ path for large batches."""
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from operator import itemgetter
 from typing import Any
 
 from sqlalchemy.engine import Connection
@@ -77,6 +78,26 @@ def _sqlite_row(row: dict[str, Any], cols: tuple[str, ...]) -> tuple[Any, ...]:
     return tuple(_sqlite_ts(row[c]) if c == "created_at" else row[c] for c in cols)
 
 
+_event_values = itemgetter(*_EVENT_COLS)
+_part_values = itemgetter(*_PART_COLS)
+_CREATED = _EVENT_COLS.index("created_at")
+
+
+def _sqlite_event_rows(rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    """:func:`_sqlite_row` over a batch's event rows, formatting each distinct time once
+    (a batch usually shares one)."""
+    stamps: dict[datetime, str] = {}
+    out = []
+    for r in rows:
+        values = _event_values(r)
+        created = values[_CREATED]
+        ts = stamps.get(created)
+        if ts is None:
+            ts = stamps[created] = _sqlite_ts(created)
+        out.append((*values[:_CREATED], ts, *values[_CREATED + 1 :]))
+    return out
+
+
 def bulk_insert(
     conn: Connection, event_rows: list[dict[str, Any]], part_rows: list[dict[str, Any]]
 ) -> None:
@@ -89,16 +110,17 @@ def bulk_insert(
         with driver.cursor() as cur:
             with cur.copy(f"COPY events ({', '.join(_EVENT_COLS)}) FROM STDIN") as copy:
                 for r in event_rows:
-                    copy.write_row([r[c] for c in _EVENT_COLS])
+                    copy.write_row(_event_values(r))
             if part_rows:
                 with cur.copy(f"COPY parts ({', '.join(_PART_COLS)}) FROM STDIN") as copy:
                     for r in part_rows:
-                        copy.write_row([r[c] for c in _PART_COLS])
+                        copy.write_row(_part_values(r))
         return
     cur = driver.cursor()
     try:
-        cur.executemany(_EV_SQLITE, [_sqlite_row(r, _EVENT_COLS) for r in event_rows])
+        cur.executemany(_EV_SQLITE, _sqlite_event_rows(event_rows))
         if part_rows:
-            cur.executemany(_PT_SQLITE, [_sqlite_row(r, _PART_COLS) for r in part_rows])
+            # No time among the parts columns: the values go as they are.
+            cur.executemany(_PT_SQLITE, [_part_values(r) for r in part_rows])
     finally:
         cur.close()

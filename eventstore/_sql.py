@@ -35,10 +35,12 @@ from .codec import (
     Encoded,
     batch_digest,
     canonical_json,
-    chain_hash,
+    chain_hash_ts,
     check_text,
     decode_event,
+    format_ts,
     new_id,
+    new_ids,
     storable_text_error,
 )
 from .errors import (
@@ -48,7 +50,7 @@ from .errors import (
     NotFoundError,
     SessionExistsError,
 )
-from .events import Prune, utcnow
+from .events import Message, Prune, utcnow
 from .records import AppendResult, Session, StoredEvent
 from .schema import events, fork_compactions, parts, session_keys, sessions
 
@@ -483,12 +485,18 @@ def build_rows(
     prunes: list[tuple[int, Prune, datetime]] = []
     prev = head_hash
     seq = head
+    fresh = iter(new_ids(sum(1 for enc in encoded if not enc.event.id)))
+    # Most batches share one time (now, or a caller's): format each distinct one once.
+    stamps: dict[datetime, str] = {}
     for i, enc in enumerate(encoded):
         seq += 1
         evt = enc.event
-        event_id = evt.id or new_id()
+        event_id = evt.id or next(fresh)
         created = evt.created_at or now
-        digest = chain_hash(prev, seq, event_id, enc.kind, created, enc.payload)
+        ts = stamps.get(created)
+        if ts is None:
+            ts = stamps[created] = format_ts(created)
+        digest = chain_hash_ts(prev, seq, event_id, enc.kind, ts, enc.payload)
         prev = digest
         event_rows.append(
             {
@@ -508,9 +516,10 @@ def build_rows(
         )
         for row in enc.part_rows:
             part_rows.append({"session_id": session_id, "seq": seq, **row})
-        check_references(evt, seq, f"events[{i}].")
-        if isinstance(evt, Prune):
-            prunes.append((seq, evt, created))
+        if type(evt) is not Message:  # a message names no other seq
+            check_references(evt, seq, f"events[{i}].")
+            if isinstance(evt, Prune):
+                prunes.append((seq, evt, created))
     return event_rows, part_rows, prunes, prev, seq
 
 
