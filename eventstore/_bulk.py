@@ -64,6 +64,8 @@ _PG_PART_TYPES = (
     "varchar",
     "integer",
 )
+_PG_COPY_EVENTS = f"COPY events ({', '.join(_EVENT_COLS)}) FROM STDIN (FORMAT BINARY)"
+_PG_COPY_PARTS = f"COPY parts ({', '.join(_PART_COLS)}) FROM STDIN (FORMAT BINARY)"
 _EV_SQLITE = f"INSERT INTO events ({', '.join(_EVENT_COLS)}) VALUES ({', '.join('?' * 12)})"
 _PT_SQLITE = f"INSERT INTO parts ({', '.join(_PART_COLS)}) VALUES ({', '.join('?' * 8)})"
 
@@ -108,11 +110,15 @@ def bulk_insert(
     assert driver is not None
     if conn.dialect.name == "postgresql":
         with driver.cursor() as cur:
-            with cur.copy(f"COPY events ({', '.join(_EVENT_COLS)}) FROM STDIN") as copy:
+            # Binary COPY with the column types given up front: the server parses no text
+            # and psycopg picks each value's dumper once per column, not per value.
+            with cur.copy(_PG_COPY_EVENTS) as copy:
+                copy.set_types(_PG_EVENT_TYPES)
                 for r in event_rows:
                     copy.write_row(_event_values(r))
             if part_rows:
-                with cur.copy(f"COPY parts ({', '.join(_PART_COLS)}) FROM STDIN") as copy:
+                with cur.copy(_PG_COPY_PARTS) as copy:
+                    copy.set_types(_PG_PART_TYPES)
                     for r in part_rows:
                         copy.write_row(_part_values(r))
         return

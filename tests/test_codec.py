@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from sqlalchemy import text
 
 from eventstore import EventStore, InvalidEventError
 from eventstore.codec import (
@@ -29,7 +30,14 @@ from eventstore.codec import (
     new_id,
     new_ids,
 )
-from eventstore.events import EVENT_ADAPTER, Custom, Message, TextPart, ToolResultPart
+from eventstore.events import (
+    EVENT_ADAPTER,
+    Custom,
+    Message,
+    TextPart,
+    ToolCallPart,
+    ToolResultPart,
+)
 
 
 def _same(value: Any) -> str:
@@ -186,7 +194,19 @@ def test_stored_payloads_and_hashes_do_not_depend_on_the_batch_size(store: Event
     at = datetime(2026, 5, 17, 12, 0, 0, 123456, tzinfo=UTC)
 
     def batch() -> list[Any]:
+        odd_id = "id \x00 \udc80 é" + "x" * 300  # index copies are escaped and capped
+        call = ToolCallPart(id=odd_id, name="n" * 300, arguments='{"a": 1e-05}')
+        result = ToolResultPart(tool_call_id=odd_id, name="sh", output="\udc80", state="error")
         return [
+            Message(id="m1", role="assistant", parts=[TextPart(text="t"), call], created_at=at),
+            Message(id="m2", role="tool", parts=[result], created_at=at),
+            Message(
+                id="m3",
+                role="tool",
+                parts=[ToolResultPart(tool_call_id="", output="")],
+                created_at=at,
+            ),
+        ] + [
             Custom(
                 id=f"e{i}",
                 created_at=at,
@@ -201,10 +221,23 @@ def test_stored_payloads_and_hashes_do_not_depend_on_the_batch_size(store: Event
         store.append(one.id, [evt])
     store.append(many.id, batch())
     a, b = list(store.read(one.id)), list(store.read(many.id))
-    assert len(a) == len(b) == 40
+    assert len(a) == len(b) == 43
     assert [e.hash for e in a] == [e.hash for e in b]
     assert [e.event for e in a] == [e.event for e in b] == batch()
     assert store.verify(one.id).ok and store.verify(many.id).ok
+
+    def parts(sid: str) -> list[tuple[Any, ...]]:
+        q = text(
+            "SELECT seq, idx, type, tool_call_id, tool_name, state, token_count "
+            "FROM parts WHERE session_id = :s ORDER BY seq, idx"
+        )
+        with store.engine.connect() as conn:
+            return [tuple(r) for r in conn.execute(q, {"s": sid})]
+
+    rows = parts(many.id)
+    assert rows == parts(one.id)
+    assert rows[1][3] == ("id \\u0000 \\udc80 é" + "x" * 300)[:255] and rows[1][4] == "n" * 255
+    assert rows[2][3:6] == rows[1][3:4] + ("sh", "error") and rows[3][3] is None
 
 
 _UUID7 = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}")
