@@ -16,7 +16,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, get_args
 
 from pydantic import ValidationError
 from pydantic_core import PydanticSerializationError, to_json
@@ -88,7 +88,9 @@ def _sorted_plain(value: Any, depth: int = 0) -> Any:
             if type(k) is not str:
                 raise _NotPlain
             v = value[k]
-            out[k] = v if type(v) is str else _sorted_plain(v, depth + 1)
+            tv = type(v)
+            # Leaves inline: a call per string or flag would cost as much as the rest.
+            out[k] = v if tv is str or tv is bool or v is None else _sorted_plain(v, depth + 1)
         return out
     if t is list:
         if depth > _FAST_DEPTH:
@@ -215,9 +217,19 @@ def encode_event(event: Event) -> str:
     return _payload(event)[0]
 
 
+#: The event classes themselves: an instance of one is dumped by its own serializer, which
+#: is what the union's serializer picks for it, without the union's dispatch.
+_EVENT_CLASSES = frozenset(get_args(get_args(Event)[0]))
+
+
 def _payload(event: Event) -> tuple[str, int]:
     """:func:`encode_event`'s text and its size in UTF-8 bytes."""
-    data = EVENT_ADAPTER.dump_python(event, mode="json", exclude_none=True, exclude=_COLUMNS)
+    if type(event) in _EVENT_CLASSES:
+        data = event.__pydantic_serializer__.to_python(
+            event, mode="json", exclude_none=True, exclude=_COLUMNS
+        )
+    else:  # a subclass (or anything else): exactly as the union dumps it
+        data = EVENT_ADAPTER.dump_python(event, mode="json", exclude_none=True, exclude=_COLUMNS)
     raw = canonical_json_bytes(data)
     return raw.decode("utf-8"), len(raw)
 
@@ -437,7 +449,11 @@ def encode(evt: Event, counter: TokenCounter, blob_threshold: int | None = None)
     """
     blobs: dict[str, bytes] = {}
     stored: Event = evt
-    if isinstance(evt, Message) and blob_threshold is not None:
+    if (
+        isinstance(evt, Message)
+        and blob_threshold is not None
+        and any(isinstance(p, FilePart) for p in evt.parts)
+    ):
         stored, blobs = _strip_blobs(evt, blob_threshold)
     payload, size = _payload(stored)
     part_rows: list[dict[str, Any]] = []
@@ -446,7 +462,9 @@ def encode(evt: Event, counter: TokenCounter, blob_threshold: int | None = None)
         for idx, part in enumerate(evt.parts):
             n = count_part(counter, part)
             total += n
-            part_rows.append({**part_columns(idx, part), "token_count": n})
+            row = part_columns(idx, part)
+            row["token_count"] = n
+            part_rows.append(row)
         evt = stored
     elif isinstance(evt, Condensation):
         total = evt.summary_tokens or (counter.count(evt.summary) if evt.summary else 0)

@@ -249,3 +249,28 @@ def test_new_ids_are_uuid7_unique_and_increasing() -> None:
     assert all(_UUID7.fullmatch(i) for i in ids)
     assert len(set(ids)) == len(ids)
     assert ids == sorted(ids)
+
+
+def test_every_event_class_is_dumped_as_the_union_dumps_it() -> None:
+    """Each event class is dumped by its own serializer (skipping the union's dispatch);
+    the payload must be what the union's serializer gives, for every kind."""
+    from tests.test_events import EVENT_DICTS
+
+    for raw, cls in EVENT_DICTS.values():
+        evt = EVENT_ADAPTER.validate_python(raw)
+        assert type(evt) is cls
+        data = EVENT_ADAPTER.dump_python(
+            evt, mode="json", exclude_none=True, exclude={"id", "created_at", "kind"}
+        )
+        assert encode_event(evt) == _canonical_dumps(data)
+
+
+def test_an_event_subclass_is_dumped_through_the_union() -> None:
+    class Tagged(Message):
+        tag: str = "t"
+
+    evt = Tagged(role="user", parts=[TextPart(text="hi")])
+    data = EVENT_ADAPTER.dump_python(
+        evt, mode="json", exclude_none=True, exclude={"id", "created_at", "kind"}, warnings=False
+    )
+    assert encode_event(evt) == _canonical_dumps(data)
