@@ -5,6 +5,7 @@ path for large batches."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from operator import itemgetter
 from typing import Any
@@ -101,27 +102,38 @@ def _sqlite_event_rows(rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
 
 
 def bulk_insert(
-    conn: Connection, event_rows: list[dict[str, Any]], part_rows: list[dict[str, Any]]
-) -> None:
-    """Insert a batch's rows through the driver, inside the caller's transaction: one
-    ``executemany`` per table on SQLite, ``COPY`` on Postgres. The same rows, and so the
-    same stored bytes, as SQLAlchemy's ``executemany`` without its per-row processing."""
+    conn: Connection, rows: Iterable[tuple[dict[str, Any], list[dict[str, Any]]]]
+) -> datetime:
+    """Insert a batch's rows (each event's row with its parts rows, as
+    :class:`~eventstore._sql.BatchRows` makes them) through the driver, inside the
+    caller's transaction: one ``executemany`` per table on SQLite, ``COPY`` on Postgres.
+    The same rows, and so the same stored bytes, as SQLAlchemy's ``executemany`` without
+    its per-row processing. Returns the newest event's ``created_at``."""
     driver = conn.connection.driver_connection
     assert driver is not None
+    part_rows: list[dict[str, Any]] = []
+    event_rows: list[dict[str, Any]] = []
     if conn.dialect.name == "postgresql":
         with driver.cursor() as cur:
             # Binary COPY with the column types given up front: the server parses no text
-            # and psycopg picks each value's dumper once per column, not per value.
+            # and psycopg picks each value's dumper once per column, not per value. Rows
+            # are written as they are made: psycopg sends them in chunks, so the server
+            # inserts (and checks keys) while the rest of the batch is hashed.
             with cur.copy(_PG_COPY_EVENTS) as copy:
                 copy.set_types(_PG_EVENT_TYPES)
-                for r in event_rows:
-                    copy.write_row(_event_values(r))
+                for row, parts_of in rows:
+                    copy.write_row(_event_values(row))
+                    event_rows.append(row)
+                    part_rows += parts_of
             if part_rows:
                 with cur.copy(_PG_COPY_PARTS) as copy:
                     copy.set_types(_PG_PART_TYPES)
                     for r in part_rows:
                         copy.write_row(_part_values(r))
-        return
+        return event_rows[-1]["created_at"]
+    for row, parts_of in rows:
+        event_rows.append(row)
+        part_rows += parts_of
     cur = driver.cursor()
     try:
         cur.executemany(_EV_SQLITE, _sqlite_event_rows(event_rows))
@@ -130,3 +142,4 @@ def bulk_insert(
             cur.executemany(_PT_SQLITE, [_part_values(r) for r in part_rows])
     finally:
         cur.close()
+    return event_rows[-1]["created_at"]

@@ -440,16 +440,21 @@ def append(
 
     segments: list[Segment] | None = None
     now = utcnow()
-    event_rows, part_rows, prunes, prev, seq = build_rows(
-        session_id, head, head_hash, encoded, idempotency_key, batch_hash, now
-    )
-    if len(event_rows) > BULK_MIN:
-        bulk_insert(conn, event_rows, part_rows)  # the driver's own bulk path
+    rows = BatchRows(session_id, head, head_hash, encoded, idempotency_key, batch_hash, now)
+    if len(encoded) > BULK_MIN:
+        newest = bulk_insert(conn, rows)  # the driver's own bulk path
     else:
+        event_rows: list[dict[str, Any]] = []
+        part_rows: list[dict[str, Any]] = []
+        for row, parts_of in rows:
+            event_rows.append(row)
+            part_rows += parts_of
         # One row goes through the single-row path; lists take the executemany path.
         conn.execute(_INSERT_EVENTS, event_rows[0] if len(event_rows) == 1 else event_rows)
         if part_rows:
             conn.execute(_INSERT_PARTS, part_rows[0] if len(part_rows) == 1 else part_rows)
+        newest = event_rows[-1]["created_at"]
+    prunes, prev, seq = rows.prunes, rows.head_hash, rows.seq
     attached = {d: b for enc in encoded for d, b in enc.blobs.items()}
     if attached:
         _blobs.save(conn, tenant, attached)
@@ -458,12 +463,73 @@ def append(
         for prune_seq, prune, created in prunes:
             _apply_prune(conn, session_id, segments, prune_seq, prune, created)
     # updated_at follows the newest event's time (the caller's, when it gave one).
-    newest = event_rows[-1]["created_at"]
     conn.execute(_SET_HEAD, {"sid": session_id, "new_seq": seq, "new_hash": prev, "now": newest})
     return AppendResult(seqs=list(range(head + 1, seq + 1)), head_seq=seq, head_hash=prev)
 
 
 Rows = list[dict[str, Any]]
+
+
+class BatchRows:
+    """The ``events`` and ``parts`` rows of a batch appended after ``head``, made one event
+    at a time: seqs, ids, times and the hash chain.
+
+    Iterating yields each event's row with its parts rows; afterwards ``head_hash`` and
+    ``seq`` are the new head's and ``prunes`` the prunes to apply. The Postgres bulk path
+    writes each row as it is made, so the server inserts while the rest are hashed.
+    """
+
+    def __init__(
+        self,
+        session_id: str,
+        head: int,
+        head_hash: str | None,
+        encoded: list[Encoded],
+        idempotency_key: str | None,
+        batch_hash: str | None,
+        now: datetime,
+    ) -> None:
+        self.session_id, self.encoded, self.now = session_id, encoded, now
+        self.idempotency_key, self.batch_hash = idempotency_key, batch_hash
+        self.head_hash, self.seq = head_hash, head
+        self.prunes: list[tuple[int, Prune, datetime]] = []
+
+    def __iter__(self) -> Iterator[tuple[dict[str, Any], list[dict[str, Any]]]]:
+        session_id, encoded, key = self.session_id, self.encoded, self.idempotency_key
+        prev, seq = self.head_hash, self.seq
+        fresh = iter(new_ids(sum(1 for enc in encoded if not enc.event.id)))
+        # Most batches share one time (now, or a caller's): format each distinct one once.
+        stamps: dict[datetime, str] = {}
+        for i, enc in enumerate(encoded):
+            seq += 1
+            evt = enc.event
+            event_id = evt.id or next(fresh)
+            created = evt.created_at or self.now
+            ts = stamps.get(created)
+            if ts is None:
+                ts = stamps[created] = format_ts(created)
+            digest = chain_hash_ts(prev, seq, event_id, enc.kind, ts, enc.payload)
+            prev = digest
+            if type(evt) is not Message:  # a message names no other seq
+                check_references(evt, seq, f"events[{i}].")
+                if isinstance(evt, Prune):
+                    self.prunes.append((seq, evt, created))
+            row = {
+                "session_id": session_id,
+                "seq": seq,
+                "id": event_id,
+                "kind": enc.kind,
+                "created_at": created,
+                "payload": enc.payload,
+                "token_count": enc.token_count,
+                "size": enc.size,
+                "idempotency_key": key if i == 0 else None,
+                "batch_size": len(encoded) if i == 0 and key is not None else None,
+                "batch_digest": self.batch_hash if i == 0 else None,
+                "hash": digest,
+            }
+            self.head_hash, self.seq = prev, seq
+            yield row, [{"session_id": session_id, "seq": seq, **r} for r in enc.part_rows]
 
 
 def build_rows(
@@ -477,50 +543,15 @@ def build_rows(
 ) -> tuple[
     list[dict[str, Any]], list[dict[str, Any]], list[tuple[int, Prune, datetime]], str | None, int
 ]:
-    """The ``events`` and ``parts`` rows of a batch appended after ``head``: seqs, ids,
-    times and the hash chain. Returns them with the prunes to apply, the new head hash and
-    the new head seq."""
+    """All of :class:`BatchRows` at once: the ``events`` rows, the ``parts`` rows, the
+    prunes to apply, the new head hash and the new head seq."""
+    rows = BatchRows(session_id, head, head_hash, encoded, idempotency_key, batch_hash, now)
     event_rows: list[dict[str, Any]] = []
     part_rows: list[dict[str, Any]] = []
-    prunes: list[tuple[int, Prune, datetime]] = []
-    prev = head_hash
-    seq = head
-    fresh = iter(new_ids(sum(1 for enc in encoded if not enc.event.id)))
-    # Most batches share one time (now, or a caller's): format each distinct one once.
-    stamps: dict[datetime, str] = {}
-    for i, enc in enumerate(encoded):
-        seq += 1
-        evt = enc.event
-        event_id = evt.id or next(fresh)
-        created = evt.created_at or now
-        ts = stamps.get(created)
-        if ts is None:
-            ts = stamps[created] = format_ts(created)
-        digest = chain_hash_ts(prev, seq, event_id, enc.kind, ts, enc.payload)
-        prev = digest
-        event_rows.append(
-            {
-                "session_id": session_id,
-                "seq": seq,
-                "id": event_id,
-                "kind": enc.kind,
-                "created_at": created,
-                "payload": enc.payload,
-                "token_count": enc.token_count,
-                "size": enc.size,
-                "idempotency_key": idempotency_key if i == 0 else None,
-                "batch_size": len(encoded) if i == 0 and idempotency_key is not None else None,
-                "batch_digest": batch_hash if i == 0 else None,
-                "hash": digest,
-            }
-        )
-        for row in enc.part_rows:
-            part_rows.append({"session_id": session_id, "seq": seq, **row})
-        if type(evt) is not Message:  # a message names no other seq
-            check_references(evt, seq, f"events[{i}].")
-            if isinstance(evt, Prune):
-                prunes.append((seq, evt, created))
-    return event_rows, part_rows, prunes, prev, seq
+    for row, parts_of in rows:
+        event_rows.append(row)
+        part_rows += parts_of
+    return event_rows, part_rows, rows.prunes, rows.head_hash, rows.seq
 
 
 def _apply_prune(

@@ -10,7 +10,17 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-from eventstore import ConflictError, EventStore, Message, PartRef, Prune, ToolCallPart, _sql
+from eventstore import (
+    Condensation,
+    ConflictError,
+    EventStore,
+    InvalidEventError,
+    Message,
+    PartRef,
+    Prune,
+    ToolCallPart,
+    _sql,
+)
 
 
 def _batch(i: int) -> list[Message]:
@@ -130,3 +140,29 @@ def test_bulk_batches_write_the_same_rows_as_small_appends(
         assert calls == 1
         assert _rows(store, bulk_sid) == _rows(store, small_sid)
         assert store.verify(bulk_sid).ok
+
+
+def test_a_bulk_batch_refused_halfway_writes_nothing(store: EventStore) -> None:
+    """On Postgres the bulk path streams rows to the server while it hashes the rest; an
+    event refused late in the batch (a condensation naming its own seq) must still leave
+    the session exactly as it was, and the next append must chain from the old head."""
+    sid = store.create_session().id
+    store.append(sid, [Message.user(f"m{i}") for i in range(3)])
+    before = store.verify(sid).head_hash
+    bad = Condensation(forgotten_from=1, forgotten_to=40, summary="s")
+    batch: list[Any] = [Message.user(f"b{i}") for i in range(30)] + [bad]
+    with pytest.raises(InvalidEventError, match="forgotten_to"):
+        store.append(sid, batch)
+    assert store.get_session(sid).head_seq == 3
+    report = store.verify(sid)
+    assert report.ok and report.head_hash == before
+    assert [e.seq for e in store.read(sid)] == [1, 2, 3]
+    with store.engine.connect() as conn:
+        assert (
+            conn.execute(
+                text("SELECT count(*) FROM parts WHERE session_id = :s"), {"s": sid}
+            ).scalar()
+            == 3
+        )
+    assert store.append(sid, batch[:30]) == list(range(4, 34))
+    assert store.verify(sid).ok
