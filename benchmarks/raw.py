@@ -201,7 +201,7 @@ class StoreRows:
     def prepare(self, events: Sequence[Any]) -> tuple[list[Any], list[Any], Any]:
         """The driver rows of ``events`` appended after this session's head (not timed)."""
         from eventstore import _bulk
-        from eventstore._sql import build_rows
+        from eventstore._bulk import build_rows
         from eventstore.codec import encode
         from eventstore.events import utcnow
 

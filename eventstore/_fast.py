@@ -34,8 +34,8 @@ from ._bulk import (
     _PT_SQLITE,
     _sqlite_row,
     _sqlite_ts,
+    build_rows,
 )
-from ._sql import build_rows
 from .codec import Encoded
 from .events import Prune, utcnow
 from .records import AppendResult

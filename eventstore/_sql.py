@@ -29,18 +29,15 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
 from . import _blobs
-from ._bulk import BULK_MIN, bulk_insert
-from ._checks import check_json_value, check_references
+from ._bulk import BULK_MIN, BatchRows, bulk_insert
+from ._checks import check_json_value
 from .codec import (
     Encoded,
     batch_digest,
     canonical_json,
-    chain_hash_ts,
     check_text,
     decode_event,
-    format_ts,
     new_id,
-    new_ids,
     storable_text_error,
 )
 from .errors import (
@@ -50,7 +47,7 @@ from .errors import (
     NotFoundError,
     SessionExistsError,
 )
-from .events import Message, Prune, utcnow
+from .events import Prune, utcnow
 from .records import AppendResult, Session, StoredEvent
 from .schema import events, fork_compactions, parts, session_keys, sessions
 
@@ -468,90 +465,6 @@ def append(
 
 
 Rows = list[dict[str, Any]]
-
-
-class BatchRows:
-    """The ``events`` and ``parts`` rows of a batch appended after ``head``, made one event
-    at a time: seqs, ids, times and the hash chain.
-
-    Iterating yields each event's row with its parts rows; afterwards ``head_hash`` and
-    ``seq`` are the new head's and ``prunes`` the prunes to apply. The Postgres bulk path
-    writes each row as it is made, so the server inserts while the rest are hashed.
-    """
-
-    def __init__(
-        self,
-        session_id: str,
-        head: int,
-        head_hash: str | None,
-        encoded: list[Encoded],
-        idempotency_key: str | None,
-        batch_hash: str | None,
-        now: datetime,
-    ) -> None:
-        self.session_id, self.encoded, self.now = session_id, encoded, now
-        self.idempotency_key, self.batch_hash = idempotency_key, batch_hash
-        self.head_hash, self.seq = head_hash, head
-        self.prunes: list[tuple[int, Prune, datetime]] = []
-
-    def __iter__(self) -> Iterator[tuple[dict[str, Any], list[dict[str, Any]]]]:
-        session_id, encoded, key = self.session_id, self.encoded, self.idempotency_key
-        prev, seq = self.head_hash, self.seq
-        fresh = iter(new_ids(sum(1 for enc in encoded if not enc.event.id)))
-        # Most batches share one time (now, or a caller's): format each distinct one once.
-        stamps: dict[datetime, str] = {}
-        for i, enc in enumerate(encoded):
-            seq += 1
-            evt = enc.event
-            event_id = evt.id or next(fresh)
-            created = evt.created_at or self.now
-            ts = stamps.get(created)
-            if ts is None:
-                ts = stamps[created] = format_ts(created)
-            digest = chain_hash_ts(prev, seq, event_id, enc.kind, ts, enc.payload)
-            prev = digest
-            if type(evt) is not Message:  # a message names no other seq
-                check_references(evt, seq, f"events[{i}].")
-                if isinstance(evt, Prune):
-                    self.prunes.append((seq, evt, created))
-            row = {
-                "session_id": session_id,
-                "seq": seq,
-                "id": event_id,
-                "kind": enc.kind,
-                "created_at": created,
-                "payload": enc.payload,
-                "token_count": enc.token_count,
-                "size": enc.size,
-                "idempotency_key": key if i == 0 else None,
-                "batch_size": len(encoded) if i == 0 and key is not None else None,
-                "batch_digest": self.batch_hash if i == 0 else None,
-                "hash": digest,
-            }
-            self.head_hash, self.seq = prev, seq
-            yield row, [{"session_id": session_id, "seq": seq, **r} for r in enc.part_rows]
-
-
-def build_rows(
-    session_id: str,
-    head: int,
-    head_hash: str | None,
-    encoded: list[Encoded],
-    idempotency_key: str | None,
-    batch_hash: str | None,
-    now: datetime,
-) -> tuple[
-    list[dict[str, Any]], list[dict[str, Any]], list[tuple[int, Prune, datetime]], str | None, int
-]:
-    """All of :class:`BatchRows` at once: the ``events`` rows, the ``parts`` rows, the
-    prunes to apply, the new head hash and the new head seq."""
-    rows = BatchRows(session_id, head, head_hash, encoded, idempotency_key, batch_hash, now)
-    event_rows: list[dict[str, Any]] = []
-    part_rows: list[dict[str, Any]] = []
-    for row, parts_of in rows:
-        event_rows.append(row)
-        part_rows += parts_of
-    return event_rows, part_rows, rows.prunes, rows.head_hash, rows.seq
 
 
 def _apply_prune(
