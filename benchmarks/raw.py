@@ -174,7 +174,7 @@ class StoreRows:
     """A diagnostic for batch appends: the exact rows the store writes for a batch (events
     with their hash chain, parts, the head move), made beforehand and sent through the
     driver in one transaction the way the store's bulk path sends them (``executemany``
-    on SQLite, binary ``COPY`` on Postgres).
+    on SQLite, ``COPY`` on Postgres).
 
     The gap between the raw floor and this is the schema's own cost (two tables, the
     indexes on ``events``, foreign keys checked row by row); the gap between this and the
@@ -225,11 +225,9 @@ class StoreRows:
             with self.conn.transaction(), self.conn.cursor() as cur:
                 cur.execute("SELECT head_seq FROM sessions WHERE id = %s FOR UPDATE", (self.sid,))
                 with cur.copy(_bulk._PG_COPY_EVENTS) as cp:
-                    cp.set_types(_bulk._PG_EVENT_TYPES)
                     for row in ev:
                         cp.write_row(row)
                 with cur.copy(_bulk._PG_COPY_PARTS) as cp:
-                    cp.set_types(_bulk._PG_PART_TYPES)
                     for row in pt:
                         cp.write_row(row)
                 cur.execute(

@@ -143,9 +143,9 @@ def test_bulk_batches_write_the_same_rows_as_small_appends(
 
 
 def test_a_bulk_batch_refused_halfway_writes_nothing(store: EventStore) -> None:
-    """On Postgres the bulk path streams rows to the server while it hashes the rest; an
-    event refused late in the batch (a condensation naming its own seq) must still leave
-    the session exactly as it was, and the next append must chain from the old head."""
+    """An event refused late in a bulk batch (a condensation naming its own seq, found
+    while the rows are hashed) leaves the session exactly as it was, and the next append
+    chains from the old head."""
     sid = store.create_session().id
     store.append(sid, [Message.user(f"m{i}") for i in range(3)])
     before = store.verify(sid).head_hash
