@@ -16,7 +16,7 @@ from typing import Any
 
 from sqlalchemy.engine import make_url
 
-__all__ = ["RawSQLite", "RawPostgres", "pg_conninfo"]
+__all__ = ["RawSQLite", "RawPostgres", "pg_conninfo", "StoreSQL", "StoreRows"]
 
 _TABLE = "bench_raw"
 Row = tuple[str, int, str]
@@ -164,6 +164,87 @@ class StoreSQL:
             c.execute("COMMIT")
         assert applied == 1, "the diagnostic's head went stale"
         self.head, self.prev = seq, digest
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+class StoreRows:
+    """A diagnostic for batch appends: the exact rows the store writes for a batch (events
+    with their hash chain, parts, the head move), made beforehand and sent through the
+    driver in one transaction the way the store's bulk path sends them (``executemany``
+    on SQLite, ``COPY`` on Postgres).
+
+    The gap between the raw floor and this is the schema's own cost (two tables, the
+    indexes on ``events``, foreign keys checked row by row); the gap between this and the
+    store is the library's Python work (validation, encoding, hashing, SQLAlchemy).
+    """
+
+    name = "driver, store's rows"
+
+    def __init__(self, store: Any, session_id: str) -> None:
+        self.store, self.sid = store, session_id
+        self.head, self.head_hash = 0, None
+        u = make_url(store.url)
+        self.pg = u.get_backend_name() == "postgresql"
+        if self.pg:
+            import psycopg
+
+            self.conn: Any = psycopg.connect(**pg_conninfo(store.url))
+        else:
+            self.conn = sqlite3.connect(u.database or "", isolation_level=None)
+            self.conn.execute("PRAGMA journal_mode=WAL")
+            self.conn.execute("PRAGMA synchronous=FULL")
+            self.conn.execute("PRAGMA foreign_keys=ON")
+
+    def prepare(self, events: Sequence[Any]) -> tuple[list[Any], list[Any], Any]:
+        """The driver rows of ``events`` appended after this session's head (not timed)."""
+        from eventstore import _bulk
+        from eventstore._bulk import build_rows
+        from eventstore.codec import encode
+        from eventstore.events import utcnow
+
+        encoded = [encode(e, self.store.token_counter) for e in events]
+        ev, pt, _prunes, new_hash, new_head = build_rows(
+            self.sid, self.head, self.head_hash, encoded, None, None, utcnow()
+        )
+        self.head, self.head_hash = new_head, new_hash
+        newest = ev[-1]["created_at"]
+        if self.pg:
+            return [_bulk._event_values(r) for r in ev], [_bulk._part_values(r) for r in pt], newest
+        parts = [_bulk._part_values(r) for r in pt]
+        return _bulk._sqlite_event_rows(ev), parts, _bulk._sqlite_ts(newest)
+
+    def insert(self, prepared: tuple[list[Any], list[Any], Any]) -> None:
+        """Lock the head, insert the rows, move the head, commit (timed)."""
+        from eventstore import _bulk
+
+        ev, pt, newest = prepared
+        if self.pg:
+            with self.conn.transaction(), self.conn.cursor() as cur:
+                cur.execute("SELECT head_seq FROM sessions WHERE id = %s FOR UPDATE", (self.sid,))
+                with cur.copy(_bulk._PG_COPY_EVENTS) as cp:
+                    for row in ev:
+                        cp.write_row(row)
+                with cur.copy(_bulk._PG_COPY_PARTS) as cp:
+                    for row in pt:
+                        cp.write_row(row)
+                cur.execute(
+                    "UPDATE sessions SET head_seq = %s, head_hash = %s, updated_at = %s "
+                    "WHERE id = %s",
+                    (self.head, self.head_hash, newest, self.sid),
+                )
+            return
+        c = self.conn
+        c.execute("BEGIN IMMEDIATE")
+        c.execute("SELECT head_seq FROM sessions WHERE id = ?", (self.sid,)).fetchone()
+        c.executemany(_bulk._EV_SQLITE, ev)
+        c.executemany(_bulk._PT_SQLITE, pt)
+        c.execute(
+            "UPDATE sessions SET head_seq = ?, head_hash = ?, updated_at = ? WHERE id = ?",
+            (self.head, self.head_hash, newest, self.sid),
+        )
+        c.execute("COMMIT")
 
     def close(self) -> None:
         self.conn.close()

@@ -41,9 +41,9 @@ from ._bulk import (
     _PG_EVENT_TYPES,
     _PG_PART_TYPES,
     _sqlite_ts,
+    build_rows,
 )
 from ._engine import busy_error
-from ._sql import build_rows
 from .codec import Encoded
 from .events import Prune, utcnow
 from .records import AppendResult

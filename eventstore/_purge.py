@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import select, text, update
 from sqlalchemy.engine import Connection
 
-from . import _sql
+from . import _bulk, _sql
 from .codec import blob_refs, check_text, decode_event, encode, encode_event
 from .errors import InvalidEventError
 from .events import (
@@ -267,7 +267,7 @@ def purge_rows(
     )
     enc: list[Encoded] = [encode(record, counter)]
     now = utcnow()
-    event_rows, _parts, _prunes, new_hash, new_head = _sql.build_rows(
+    event_rows, _parts, _prunes, new_hash, new_head = _bulk.build_rows(
         session_id, head, head_hash, enc, None, None, now
     )
     conn.execute(events.insert(), event_rows)

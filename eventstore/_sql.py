@@ -29,13 +29,12 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
 from . import _blobs
-from ._bulk import BULK_MIN, bulk_insert
-from ._checks import check_json_value, check_references
+from ._bulk import BULK_MIN, BatchRows, bulk_insert
+from ._checks import check_json_value
 from .codec import (
     Encoded,
     batch_digest,
     canonical_json,
-    chain_hash,
     check_text,
     decode_event,
     new_id,
@@ -446,16 +445,21 @@ def append(
 
     segments: list[Segment] | None = None
     now = utcnow()
-    event_rows, part_rows, prunes, prev, seq = build_rows(
-        session_id, head, head_hash, encoded, idempotency_key, batch_hash, now
-    )
-    if len(event_rows) > BULK_MIN:
-        bulk_insert(conn, event_rows, part_rows)  # the driver's own bulk path
+    rows = BatchRows(session_id, head, head_hash, encoded, idempotency_key, batch_hash, now)
+    if len(encoded) > BULK_MIN:
+        newest = bulk_insert(conn, rows)  # the driver's own bulk path
     else:
+        event_rows: list[dict[str, Any]] = []
+        part_rows: list[dict[str, Any]] = []
+        for row, parts_of in rows:
+            event_rows.append(row)
+            part_rows += parts_of
         # One row goes through the single-row path; lists take the executemany path.
         conn.execute(_INSERT_EVENTS, event_rows[0] if len(event_rows) == 1 else event_rows)
         if part_rows:
             conn.execute(_INSERT_PARTS, part_rows[0] if len(part_rows) == 1 else part_rows)
+        newest = event_rows[-1]["created_at"]
+    prunes, prev, seq = rows.prunes, rows.head_hash, rows.seq
     attached = {d: b for enc in encoded for d, b in enc.blobs.items()}
     if attached:
         _blobs.save(conn, tenant, attached)
@@ -464,7 +468,7 @@ def append(
         for prune_seq, prune, created in prunes:
             _apply_prune(conn, session_id, segments, prune_seq, prune, created)
     # updated_at follows the newest event's time (the caller's, when it gave one).
-    move_head(conn, session_id, head, seq, prev, event_rows[-1]["created_at"])
+    move_head(conn, session_id, head, seq, prev, newest)
     return AppendResult(seqs=list(range(head + 1, seq + 1)), head_seq=seq, head_hash=prev)
 
 
@@ -482,56 +486,6 @@ def move_head(
 
 
 Rows = list[dict[str, Any]]
-
-
-def build_rows(
-    session_id: str,
-    head: int,
-    head_hash: str | None,
-    encoded: list[Encoded],
-    idempotency_key: str | None,
-    batch_hash: str | None,
-    now: datetime,
-) -> tuple[
-    list[dict[str, Any]], list[dict[str, Any]], list[tuple[int, Prune, datetime]], str | None, int
-]:
-    """The ``events`` and ``parts`` rows of a batch appended after ``head``: seqs, ids,
-    times and the hash chain. Returns them with the prunes to apply, the new head hash and
-    the new head seq."""
-    event_rows: list[dict[str, Any]] = []
-    part_rows: list[dict[str, Any]] = []
-    prunes: list[tuple[int, Prune, datetime]] = []
-    prev = head_hash
-    seq = head
-    for i, enc in enumerate(encoded):
-        seq += 1
-        evt = enc.event
-        event_id = evt.id or new_id()
-        created = evt.created_at or now
-        digest = chain_hash(prev, seq, event_id, enc.kind, created, enc.payload)
-        prev = digest
-        event_rows.append(
-            {
-                "session_id": session_id,
-                "seq": seq,
-                "id": event_id,
-                "kind": enc.kind,
-                "created_at": created,
-                "payload": enc.payload,
-                "token_count": enc.token_count,
-                "size": enc.size,
-                "idempotency_key": idempotency_key if i == 0 else None,
-                "batch_size": len(encoded) if i == 0 and idempotency_key is not None else None,
-                "batch_digest": batch_hash if i == 0 else None,
-                "hash": digest,
-            }
-        )
-        for row in enc.part_rows:
-            part_rows.append({"session_id": session_id, "seq": seq, **row})
-        check_references(evt, seq, f"events[{i}].")
-        if isinstance(evt, Prune):
-            prunes.append((seq, evt, created))
-    return event_rows, part_rows, prunes, prev, seq
 
 
 def _apply_prune(

@@ -16,9 +16,10 @@ import threading
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, get_args
 
 from pydantic import ValidationError
+from pydantic_core import PydanticSerializationError, to_json
 
 from .errors import InvalidEventError
 from .events import (
@@ -29,21 +30,27 @@ from .events import (
     Message,
     Part,
     Queued,
+    ReasoningPart,
+    TextPart,
+    ToolCallPart,
     ToolResultPart,
 )
 from .tokens import MESSAGE_OVERHEAD, TokenCounter, count_part
 
 __all__ = [
     "canonical_json",
+    "canonical_json_bytes",
     "copy_json",
     "column_text",
     "storable_text_error",
     "encode_event",
     "decode_event",
     "chain_hash",
+    "chain_hash_ts",
     "batch_digest",
     "format_ts",
     "new_id",
+    "new_ids",
     "check_text",
     "Encoded",
     "encode",
@@ -55,10 +62,60 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 _PLAIN = re.compile(r"[A-Za-z0-9_.:-]*")  # JSON string text as is (ids, kinds)
 
 
-# What ``json.dumps`` with these options builds on every call, built once.
-_CANONICAL = json.JSONEncoder(
-    ensure_ascii=False, sort_keys=True, separators=(",", ":"), allow_nan=False
-)
+class _NotPlain(Exception):
+    """Data the fast encoder leaves to ``json.dumps``."""
+
+
+_FAST_INT = 1 << 63
+_FAST_DEPTH = 100
+
+
+def _sorted_plain(value: Any, depth: int = 0) -> Any:
+    """``value`` with every dict's keys in sorted order, if it holds only data that
+    ``pydantic_core.to_json`` writes exactly as ``json.dumps`` does: dicts with ``str``
+    keys, lists, ``str``, ``bool``, ``None`` and ``int`` of at most 64 bits, each of
+    exactly that type. Anything else raises :class:`_NotPlain`: floats (their shortest
+    form differs below 1e-4, e.g. ``1e-05`` against ``0.00001``), subclasses, tuples,
+    other key types and deep nesting go the ``json.dumps`` way."""
+    t = type(value)
+    if t is str or t is bool or value is None:
+        return value
+    if t is dict:
+        if depth > _FAST_DEPTH:
+            raise _NotPlain
+        out = {}
+        for k in sorted(value) if len(value) > 1 else value:
+            if type(k) is not str:
+                raise _NotPlain
+            v = value[k]
+            tv = type(v)
+            # Leaves inline: a call per string or flag would cost as much as the rest.
+            out[k] = v if tv is str or tv is bool or v is None else _sorted_plain(v, depth + 1)
+        return out
+    if t is list:
+        if depth > _FAST_DEPTH:
+            raise _NotPlain
+        return [v if type(v) is str else _sorted_plain(v, depth + 1) for v in value]
+    if t is int and -_FAST_INT <= value < _FAST_INT:
+        return value
+    raise _NotPlain
+
+
+def canonical_json_bytes(value: Any) -> bytes:
+    """:func:`canonical_json` as UTF-8 bytes.
+
+    Plain data (see :func:`_sorted_plain`) is written by ``pydantic_core.to_json`` after
+    its keys are put in order, byte for byte what ``json.dumps`` writes for it (a test
+    holds the two to that on every code point and on nested, sized and tricky data). Its
+    string escaping is the same as ``json.dumps(ensure_ascii=False)``: ``\\"``, ``\\\\``,
+    the short escapes and ``\\u00XX`` for other control characters, nothing else. A
+    lone surrogate cannot be written as UTF-8, so ``to_json`` refuses it and the
+    ``json.dumps`` path escapes it.
+    """
+    try:
+        return to_json(_sorted_plain(value))
+    except (_NotPlain, PydanticSerializationError, RecursionError):
+        return canonical_json(value).encode("utf-8")
 
 
 def canonical_json(value: Any) -> str:
@@ -68,6 +125,21 @@ def canonical_json(value: Any) -> str:
     such value, and storing ``null`` instead would alter the data), as does nesting too
     deep to encode.
     """
+    try:
+        return to_json(_sorted_plain(value)).decode("utf-8")
+    except (_NotPlain, PydanticSerializationError, RecursionError):
+        pass
+    return _canonical_dumps(value)
+
+
+# What ``json.dumps`` with these options builds on every call, built once.
+_CANONICAL = json.JSONEncoder(
+    ensure_ascii=False, sort_keys=True, separators=(",", ":"), allow_nan=False
+)
+
+
+def _canonical_dumps(value: Any) -> str:
+    """:func:`canonical_json` through ``json.dumps`` (the reference encoding)."""
     try:
         text = _CANONICAL.encode(value)
     except ValueError as exc:
@@ -141,12 +213,29 @@ def storable_text_error(value: str) -> str | None:
     return None
 
 
+_COLUMNS = {"id", "created_at", "kind"}  # never mutated
+
+
 def encode_event(event: Event) -> str:
     """The payload text stored for an event (everything but id, created_at and kind)."""
-    data = EVENT_ADAPTER.dump_python(
-        event, mode="json", exclude_none=True, exclude={"id", "created_at", "kind"}
-    )
-    return canonical_json(data)
+    return _payload(event)[0]
+
+
+#: The event classes themselves: an instance of one is dumped by its own serializer, which
+#: is what the union's serializer picks for it, without the union's dispatch.
+_EVENT_CLASSES = frozenset(get_args(get_args(Event)[0]))
+
+
+def _payload(event: Event) -> tuple[str, int]:
+    """:func:`encode_event`'s text and its size in UTF-8 bytes."""
+    if type(event) in _EVENT_CLASSES:
+        data = event.__pydantic_serializer__.to_python(
+            event, mode="json", exclude_none=True, exclude=_COLUMNS
+        )
+    else:  # a subclass (or anything else): exactly as the union dumps it
+        data = EVENT_ADAPTER.dump_python(event, mode="json", exclude_none=True, exclude=_COLUMNS)
+    raw = canonical_json_bytes(data)
+    return raw.decode("utf-8"), len(raw)
 
 
 def decode_event(kind: str, payload: str, event_id: str, created_at: datetime) -> Event:
@@ -204,9 +293,15 @@ def chain_hash(
     prev: str | None, seq: int, event_id: str, kind: str, created_at: datetime, payload: str
 ) -> str:
     """SHA-256 over the previous hash and this event's canonical columns."""
-    h = hashlib.sha256()
-    h.update((prev or "").encode("ascii"))
-    h.update(f"\n{seq}\n{event_id}\n{kind}\n{format_ts(created_at)}\n".encode())
+    return chain_hash_ts(prev, seq, event_id, kind, format_ts(created_at), payload)
+
+
+def chain_hash_ts(
+    prev: str | None, seq: int, event_id: str, kind: str, ts: str, payload: str
+) -> str:
+    """:func:`chain_hash` with the time already formatted by :func:`format_ts` (a batch
+    formats each distinct time once)."""
+    h = hashlib.sha256(f"{prev or ''}\n{seq}\n{event_id}\n{kind}\n{ts}\n".encode())
     h.update(payload.encode("utf-8"))
     return h.hexdigest()
 
@@ -229,23 +324,35 @@ _counter = 0
 
 def new_id() -> str:
     """A UUIDv7 string: sortable by creation time, monotonic within this process."""
+    return new_ids(1)[0]
+
+
+def new_ids(n: int) -> list[str]:
+    """``n`` UUIDv7 strings, in order, as ``n`` calls of :func:`new_id` would make them
+    (one lock and one read of the random source for all)."""
     global _last_ms, _counter
+    stamps: list[tuple[int, int]] = []
     with _lock:
-        ms = time.time_ns() // 1_000_000
-        if ms <= _last_ms:
-            ms = _last_ms
-            _counter += 1
-            if _counter >= 1 << 12:
-                ms += 1
-                _counter = 0
-        else:
-            _counter = int.from_bytes(os.urandom(2), "big") & 0x7FF
-        _last_ms = ms
-        rand_a = _counter
-    rand_b = int.from_bytes(os.urandom(8), "big") & ((1 << 62) - 1)
-    value = (ms & ((1 << 48) - 1)) << 80 | 0x7 << 76 | rand_a << 64 | 0b10 << 62 | rand_b
-    h = f"{value:032x}"
-    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+        for _ in range(n):
+            ms = time.time_ns() // 1_000_000
+            if ms <= _last_ms:
+                ms = _last_ms
+                _counter += 1
+                if _counter >= 1 << 12:
+                    ms += 1
+                    _counter = 0
+            else:
+                _counter = int.from_bytes(os.urandom(2), "big") & 0x7FF
+            _last_ms = ms
+            stamps.append((ms, _counter))
+    noise = os.urandom(8 * n)
+    out = []
+    for i, (ms, rand_a) in enumerate(stamps):
+        rand_b = int.from_bytes(noise[8 * i : 8 * i + 8], "big") & ((1 << 62) - 1)
+        value = (ms & ((1 << 48) - 1)) << 80 | 0x7 << 76 | rand_a << 64 | 0b10 << 62 | rand_b
+        h = f"{value:032x}"
+        out.append(f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}")
+    return out
 
 
 def check_text(field: str, value: str | None, limit: int | None = None) -> None:
@@ -275,11 +382,17 @@ class Encoded:
 
 def part_columns(idx: int, part: Part) -> dict[str, Any]:
     """The ``parts`` index columns copied from one part (all but its token count)."""
-    # The fields themselves: a missing attribute on a model raises (and formats) an
-    # AttributeError inside getattr, which costs more than the rest of this function.
-    fields = part.__dict__
-    call_id = fields.get("tool_call_id") or (fields.get("id") if part.type == "tool_call" else None)
-    name = fields.get("name") if part.type in ("tool_call", "tool_result") else None
+    # By type rather than getattr: a pydantic model answers a missing attribute through
+    # its slow __getattr__.
+    call_id: str | None = None
+    name: str | None = None
+    state: str | None = None
+    if isinstance(part, ToolResultPart):
+        call_id, name, state = part.tool_call_id or None, part.name, part.state
+    elif isinstance(part, ToolCallPart):
+        call_id, name = part.id, part.name
+    elif not isinstance(part, (TextPart, ReasoningPart)):
+        call_id = getattr(part, "tool_call_id", None) or None
     return {
         "idx": idx,
         "type": part.type,
@@ -287,7 +400,7 @@ def part_columns(idx: int, part: Part) -> dict[str, Any]:
         # holds verbatim fits the column on both backends.
         "tool_call_id": column_text(call_id, 255),
         "tool_name": column_text(name, 255),
-        "state": part.state if isinstance(part, ToolResultPart) else None,
+        "state": state,
     }
 
 
@@ -344,24 +457,28 @@ def encode(evt: Event, counter: TokenCounter, blob_threshold: int | None = None)
     """
     blobs: dict[str, bytes] = {}
     stored: Event = evt
-    if isinstance(evt, Message) and blob_threshold is not None:
+    if (
+        isinstance(evt, Message)
+        and blob_threshold is not None
+        and any(isinstance(p, FilePart) for p in evt.parts)
+    ):
         stored, blobs = _strip_blobs(evt, blob_threshold)
-    payload = encode_event(stored)
-    size = len(payload) if payload.isascii() else len(payload.encode("utf-8"))
+    payload, size = _payload(stored)
     part_rows: list[dict[str, Any]] = []
     if isinstance(evt, Message):
         total = MESSAGE_OVERHEAD
         for idx, part in enumerate(evt.parts):
             n = count_part(counter, part)
             total += n
-            part_rows.append({**part_columns(idx, part), "token_count": n})
+            row = part_columns(idx, part)
+            row["token_count"] = n
+            part_rows.append(row)
         evt = stored
     elif isinstance(evt, Condensation):
         total = evt.summary_tokens or (counter.count(evt.summary) if evt.summary else 0)
         if evt.summary and not evt.summary_tokens:
             evt = evt.model_copy(update={"summary_tokens": total})
-            payload = encode_event(evt)
-            size = len(payload.encode("utf-8"))
+            payload, size = _payload(evt)
     else:
         total = 0
     return Encoded(evt, evt.kind, payload, size, total, part_rows, blobs)

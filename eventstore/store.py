@@ -314,7 +314,7 @@ class EventStore(
                 raise InvalidEventError(f"events[{i}]: {exc}") from None
             except (PydanticSerializationError, ValueError, TypeError, RecursionError) as exc:
                 raise InvalidEventError(f"events[{i}]: cannot be serialized ({exc})") from None
-            size = enc.size + sum(len(b) for b in enc.blobs.values())
+            size = enc.size + (sum(len(b) for b in enc.blobs.values()) if enc.blobs else 0)
             if size > self.max_event_bytes:
                 raise PayloadTooLargeError(size, self.max_event_bytes, i)
             if enc.token_count > _MAX_COUNT:

@@ -93,6 +93,8 @@ def test_smoke_run_writes_every_table_for_both_backends(tmp_path: Path, bench_pg
     assert {"eventstore", "sqlite3", "psycopg", "driver, store's SQL"} <= subjects
     batch = {s["subject"] for s in data["samples"] if s["measure"] == "append_batch"}
     assert {"eventstore", "sqlite3 executemany", "psycopg executemany", "psycopg COPY"} <= batch
+    assert "driver, store's rows" in batch
+    assert "store's rows via driver" in report
     # Every repetition is kept, with its individual latencies.
     reps = [s for s in data["samples"] if s["measure"] == "append_single"]
     assert all(len(s["values"]["latencies_ms"]) == 5 for s in reps)

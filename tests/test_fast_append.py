@@ -12,8 +12,10 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from eventstore import (
+    Condensation,
     ConflictError,
     EventStore,
+    InvalidEventError,
     Message,
     PartRef,
     Prune,
@@ -224,3 +226,29 @@ def test_the_fast_path_keeps_one_connection_and_gives_it_back(db_url: str) -> No
         gc.collect()
     assert pool.checkedout() == 0
     assert not [w for w in caught if "garbage collector" in str(w.message)]
+
+
+def test_a_bulk_batch_refused_halfway_writes_nothing(store: EventStore) -> None:
+    """An event refused late in a bulk batch (a condensation naming its own seq, found
+    while the rows are hashed) leaves the session exactly as it was, and the next append
+    chains from the old head."""
+    sid = store.create_session().id
+    store.append(sid, [Message.user(f"m{i}") for i in range(3)])
+    before = store.verify(sid).head_hash
+    bad = Condensation(forgotten_from=1, forgotten_to=40, summary="s")
+    batch: list[Any] = [Message.user(f"b{i}") for i in range(30)] + [bad]
+    with pytest.raises(InvalidEventError, match="forgotten_to"):
+        store.append(sid, batch)
+    assert store.get_session(sid).head_seq == 3
+    report = store.verify(sid)
+    assert report.ok and report.head_hash == before
+    assert [e.seq for e in store.read(sid)] == [1, 2, 3]
+    with store.engine.connect() as conn:
+        assert (
+            conn.execute(
+                text("SELECT count(*) FROM parts WHERE session_id = :s"), {"s": sid}
+            ).scalar()
+            == 3
+        )
+    assert store.append(sid, batch[:30]) == list(range(4, 34))
+    assert store.verify(sid).ok
