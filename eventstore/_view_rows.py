@@ -119,7 +119,16 @@ _UNREAD = 9223372036854775806
 class _Query:
     """A statement under construction: its positional parameters, in the order the text
     names them (so every :meth:`p` is called where its placeholder is written, inside one
-    f-string, left to right)."""
+    f-string, left to right).
+
+    On Postgres the parameters are not written where they are used: each use reads a
+    column of one row, ``a``, that holds them all (see :meth:`text`). The planner then
+    knows no more about them when it plans with their values than without, so the plan
+    it makes once for the prepared statement (psycopg prepares a statement run five
+    times) costs what a plan made for the values would, and Postgres keeps that one
+    instead of planning the dozen-branch statement again on every view, which took
+    longer than running it.
+    """
 
     def __init__(self, pg: bool, placeholder: str) -> None:
         self.pg = pg
@@ -129,7 +138,25 @@ class _Query:
 
     def p(self, value: Any) -> str:
         self.params.append(value)
+        if self.pg:
+            return f"(SELECT p{len(self.params) - 1} FROM a)"
         return self.ph
+
+    def literal(self, sql: str) -> str:
+        """SQL text holding ``%`` as written in a statement with parameters (psycopg
+        reads ``%`` as the start of a placeholder)."""
+        return sql.replace("%", "%%") if self.ph == "%s" else sql
+
+    def text(self, sql: str) -> str:
+        """``sql`` (a ``WITH`` statement built with :meth:`p`) as it is sent."""
+        if not self.pg:
+            return sql
+        cols = ", ".join(
+            f"CAST({self.ph} AS {'BIGINT' if isinstance(v, int) else 'TEXT'}) AS p{i}"
+            for i, v in enumerate(self.params)
+        )
+        assert sql.startswith("WITH ")
+        return f"WITH a AS (SELECT {cols}), {sql[5:]}"
 
     def greatest(self, a: str, b: str) -> str:
         return f"{'GREATEST' if self.pg else 'max'}({a}, {b})"
@@ -154,9 +181,13 @@ class _Query:
         return ", ".join(f"CAST(NULL AS {ts if t == 'ts' else t})" for t in types)
 
 
-def _build(
-    q: _Query, segs: list[Segment], segments: Sequence[Segment], as_of: int, like: str
-) -> str:
+#: What the newest breaker event's payload holds, as a literal: SQLite compiles a
+#: statement again each time a parameter on the right of ``LIKE`` is bound (its value could
+#: change the plan), which for the combined statement cost more than running it.
+_BREAKER_LIKE = '\'%"name":"' + BREAKER_PREFIX.replace("'", "''") + "%'"
+
+
+def _build(q: _Query, segs: list[Segment], segments: Sequence[Segment], as_of: int) -> str:
     """The combined statement; each row is tagged with what it is (``src``) and the index
     ``g`` of its segment (in ``segs``, or in ``segments`` for fork compactions)."""
     probe = [
@@ -200,7 +231,7 @@ def _build(
                 f"SELECT * FROM (SELECT '{tag}' AS src, {g} AS g, {_EV}, {ev_nulls} FROM events "
                 f"WHERE session_id = {q.p(s.owner)} AND kind = '{kind}' "
                 f"AND seq >= {q.greatest(q.p(s.lo), after_cond)} AND seq <= {q.p(s.hi)}"
-                f"{f' AND payload LIKE {q.p(like)}' if match else ''} "
+                f"{f' AND payload LIKE {q.literal(_BREAKER_LIKE)}' if match else ''} "
                 f"ORDER BY seq DESC LIMIT 1) AS {tag}{g}"
             )
     pt_nulls = q.nulls("VARCHAR", "VARCHAR", "ts", "TEXT")
@@ -273,7 +304,7 @@ def _in_one_query(
     pg = conn.dialect.name == "postgresql"
     q = _Query(pg, placeholder)
     segs = clip(segments, 1, seq)
-    sql = _build(q, segs, segments, seq, f'%"name":"{BREAKER_PREFIX}%')
+    sql = q.text(_build(q, segs, segments, seq))
     driver = conn.connection.driver_connection
     assert driver is not None
     cur = driver.cursor()
