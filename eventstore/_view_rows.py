@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Sequence
-from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import select
@@ -36,7 +35,7 @@ from ._sql import (
     owner_of,
     row_to_stored,
 )
-from .codec import decode_event
+from .codec import decode_row
 from .errors import InvalidEventError
 from .events import Condensation
 from .records import StoredEvent
@@ -270,22 +269,9 @@ def _build(q: _Query, segs: list[Segment], segments: Sequence[Segment], as_of: i
     return " UNION ALL ".join([sql, *q.branches])
 
 
-def _utc(value: Any) -> datetime:
-    """A ``created_at`` as the driver returns it, as :class:`~eventstore.schema.UTCDateTime`
-    reads it (SQLite holds naive UTC text)."""
-    if isinstance(value, str):
-        value = datetime.fromisoformat(value)
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-
-
 def _stored(r: Any, owner: str) -> StoredEvent:
-    return StoredEvent(
-        session_id=owner,
-        seq=r[2],
-        hash=r[8],
-        token_count=r[7],
-        event=decode_event(r[4], r[6], r[3], _utc(r[5])),
-    )
+    event = decode_row(r[4], r[6], r[3], r[5])
+    return StoredEvent(session_id=owner, seq=r[2], hash=r[8], token_count=r[7], event=event)
 
 
 def _in_one_query(
