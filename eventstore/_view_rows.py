@@ -26,9 +26,12 @@ from sqlalchemy.engine import Connection
 
 from . import _blobs
 from ._sql import (
+    _AUDITING,
     _EVENT_COLS,
     BREAKER_PREFIX,
     Segment,
+    _check_lookup,
+    _not_found,
     clip,
     latest_in,
     lineage_and_head,
@@ -42,7 +45,7 @@ from .records import StoredEvent
 from .schema import events, fork_compactions, parts
 from .views import PartState, ViewRows
 
-__all__ = ["view_rows"]
+__all__ = ["view_rows", "view_rows_at_once"]
 
 
 def view_rows(
@@ -111,6 +114,8 @@ _PG_FORGOTTEN_TO = "CAST(substring(payload from '\"forgotten_to\":(-?[0-9]{1,18}
 _PG_PINNED = "substring(payload from '\"pinned\":\\[((?:-?[0-9]{1,18},)*-?[0-9]{1,18})\\]')"
 _LITE_FORGOTTEN_TO = "json_extract(payload, '$.forgotten_to')"
 _LITE_PINNED = "json_extract(payload, '$.pinned')"
+#: Prunes that truncate instead of hiding (literal, like :data:`_BREAKER_LIKE`).
+_KEEP_LIKE = "'%\"keep_chars\":%'"
 #: A forgotten range the query could not read hides everything (the check then rereads).
 _UNREAD = 9223372036854775806
 
@@ -287,24 +292,64 @@ def _in_one_query(
     placeholder = _PLACEHOLDERS.get(conn.dialect.driver)
     if placeholder is None:
         return None
-    pg = conn.dialect.name == "postgresql"
-    q = _Query(pg, placeholder)
+    q = _Query(conn.dialect.name == "postgresql", placeholder)
     segs = clip(segments, 1, seq)
-    sql = q.text(_build(q, segs, segments, seq))
+    by = _fetch(conn, q, _build(q, segs, segments, seq))
+    if by is None:
+        return None
+    return _rows(conn, tenant, session_id, segs, segments, seq, expand, by)
+
+
+def _fetch(conn: Connection, q: _Query, sql: str, *, alone: bool = False) -> _Tagged | None:
+    """The statement's rows by tag, or ``None`` when SQLite cannot run it.
+
+    ``alone``: the statement is all the read there is, so it runs outside a transaction
+    (on Postgres that saves the ``BEGIN`` and ``ROLLBACK`` round trips; one statement
+    reads one snapshot either way)."""
     driver = conn.connection.driver_connection
     assert driver is not None
+    manual = (
+        alone
+        and q.pg
+        and not driver.autocommit
+        and driver.info.transaction_status.name == "IDLE"  # else read inside it
+    )
+    if manual:
+        driver.autocommit = True
     cur = driver.cursor()
     try:
-        cur.execute(sql, q.params)
+        cur.execute(q.text(sql), q.params)
         fetched = cur.fetchall()
     except sqlite3.OperationalError:
         return None  # an SQLite without JSON functions, or a payload they cannot parse
     finally:
         cur.close()
-
-    by: dict[str, list[Any]] = {}
+        if manual:
+            driver.autocommit = False
+    by: _Tagged = {}
     for r in fetched:
         by.setdefault(r[0], []).append(r)
+    return by
+
+
+#: Rows of the combined statement by their tag (``src``).
+_Tagged = dict[str, list[Any]]
+
+
+def _rows(
+    conn: Connection,
+    tenant: str,
+    session_id: str,
+    segs: list[Segment],
+    segments: list[Segment],
+    seq: int,
+    expand: bool,
+    by: _Tagged,
+) -> ViewRows | None:
+    """:class:`ViewRows` from the combined statement's rows (and, when the tail holds
+    condensation requests, attachments or custom events that only mention a breaker, the
+    statements that read what those need), or ``None`` when the condensation's payload
+    is not what the statement could read."""
     cond: StoredEvent | None = None
     if "c" in by:
         r = by["c"][0]
@@ -366,6 +411,93 @@ def _in_one_query(
         control=control,
         rows_read=(0 if cond is None else 1) + len(pinned) + len(tail) + n + len(control),
     )
+
+
+# --------------------------------------------------------------------------- the whole view at once
+
+#: The upper bound of a view at the head, before the statement has read the head: the
+#: rows after the head are not there yet in the snapshot the statement reads.
+_NO_BOUND = 1 << 62
+#: Sessions known to be forks (their parent never changes), which take :func:`view_rows`.
+_FORKS_KEPT = 4096
+
+
+def view_rows_at_once(
+    conn: Connection,
+    tenant: str,
+    session_id: str,
+    as_of: int | None,
+    forks: set[str],
+    *,
+    expand: bool = False,
+) -> ViewRows | None:
+    """:func:`view_rows` as one statement outside a transaction: the session row, the
+    rows :func:`_build` reads and the ``keep_chars`` of the prunes that compacted the
+    view's parts, all from one snapshot.
+
+    For a session that is not a fork, on SQLite and Postgres (psycopg). ``None`` when
+    this cannot answer: another driver, a fork (remembered in ``forks``, so it is not
+    asked again), ``as_of`` below 1, or a condensation the statement misread; then
+    :func:`view_rows` reads the view.
+    """
+    placeholder = _PLACEHOLDERS.get(conn.dialect.driver)
+    if placeholder is None or session_id in forks or (as_of is not None and as_of < 1):
+        return None
+    _check_lookup(tenant, session_id)
+    bound = _NO_BOUND if as_of is None else as_of
+    q = _Query(conn.dialect.name == "postgresql", placeholder)
+    segments = [Segment(session_id, 1, None)]
+    segs = clip(segments, 1, bound)
+    sql = _build(q, segs, segments, bound)
+    # The session row: its head, whether it is deleted or a fork (in the event columns).
+    sql += (
+        f" UNION ALL SELECT 's', 0, head_seq, parent_id, CAST(NULL AS VARCHAR), deleted_at, "
+        f"{q.nulls('TEXT', 'INTEGER', 'VARCHAR', 'INTEGER', 'INTEGER', 'BIGINT', 'TEXT')} "
+        f"FROM sessions WHERE id = {q.p(session_id)} AND tenant = {q.p(tenant)}"
+    )
+    # The prunes that stamped the view's parts and may truncate instead of hiding.
+    sql += (
+        f" UNION ALL SELECT 'k', 0, seq, {q.nulls('VARCHAR', 'VARCHAR', 'ts')}, payload, "
+        f"{q.nulls('INTEGER', 'VARCHAR', 'INTEGER', 'INTEGER', 'BIGINT', 'TEXT')} "
+        f"FROM events WHERE session_id = {q.p(session_id)} AND kind = 'prune' "
+        f"AND seq <= {q.p(bound)} AND payload LIKE {q.literal(_KEEP_LIKE)} AND seq IN ("
+    )
+    sql += " UNION ALL ".join(
+        # (each part of the text is built after the text before it: parameters in order)
+        f"SELECT compacted_seq FROM parts WHERE session_id = {q.p(session_id)} AND "
+        + (
+            q.pinned(1, bound)
+            if pinned
+            else f"seq >= (SELECT ft FROM b) + 1 AND seq <= {q.p(bound)}"
+        )
+        + " AND compacted_seq IS NOT NULL"
+        for pinned in (True, False)
+    )
+    sql += ")"
+    by = _fetch(conn, q, sql, alone=True)
+    if by is None:
+        return None
+    session = by.get("s")
+    if not session or (session[0][5] is not None and not _AUDITING.get()):
+        raise _not_found(tenant, session_id)
+    if session[0][3] is not None:
+        if len(forks) >= _FORKS_KEPT:
+            forks.clear()
+        forks.add(session_id)
+        return None
+    head = session[0][2]
+    seq = head if as_of is None else as_of
+    if seq > head:
+        raise InvalidEventError(f"as_of: {as_of} is outside 0..{head} for session {session_id}")
+    rows = _rows(conn, tenant, session_id, segs, segments, seq, expand, by)
+    if rows is None:
+        return None
+    stamped = {st.compacted_seq for d in rows.parts.values() for st in d.values()}
+    for r in by.get("k", ()):
+        keep = json.loads(r[6]).get("keep_chars")
+        if isinstance(keep, int) and r[2] in stamped:
+            rows.truncations[r[2]] = keep
+    return rows
 
 
 # --------------------------------------------------------------------------- statement by statement

@@ -18,6 +18,7 @@ from eventstore import (
     InvalidEventError,
     LLMCall,
     Message,
+    NotFoundError,
     PartRef,
     Prune,
     ReasoningPart,
@@ -597,6 +598,12 @@ def _busy_lineage(store: EventStore) -> list[str]:
     store.append(grand, [Condensation(forgotten_from=3, forgotten_to=10, pinned=[2, 13])])
     store.append(grand, [Message.tool("c9", "orphan")])
     store.append(grand, [Prune(targets=[PartRef(seq=15, index=0), PartRef(seq=17, index=0)])])
+    # After the fork point, so only the root's views see it: a pinned and a tail result
+    # truncated instead of hidden.
+    store.append(sid, [call("c4"), Message.tool("c4", "out4 " * 40)])
+    head = store.head(sid)
+    targets = [PartRef(seq=8, index=0), PartRef(seq=head, index=0)]
+    store.append(sid, [Prune(targets=targets, keep_chars=64)])
     return [sid, fork, grand]
 
 
@@ -613,6 +620,41 @@ def test_the_one_query_reads_what_the_statements_read(store: EventStore) -> None
                 one = _in_one_query(conn, store.tenant, sid, segments, seq, True)
                 assert one is not None
                 assert one == _by_statements(conn, store.tenant, sid, segments, seq, expand=True)
+
+
+def test_the_statement_alone_reads_what_the_lineage_read_does(store: EventStore) -> None:
+    # Outside a transaction, one statement that also reads the session row and the
+    # truncating prunes gives the rows the lineage-aware read gives, at every seq and at
+    # the head; a fork is left to that read (and remembered, so it is not asked again).
+    from eventstore._view_rows import view_rows, view_rows_at_once
+
+    root, fork, grand = _busy_lineage(store)
+    forks: set[str] = set()
+    with store.engine.connect() as conn:
+        head = store.head(root)
+        for as_of in [*range(1, head + 1), None]:
+            alone = view_rows_at_once(conn, store.tenant, root, as_of, forks, expand=True)
+            assert alone is not None
+            assert alone == view_rows(conn, store.tenant, root, as_of, expand=True)
+        assert alone.truncations == {head: 64} and alone.seq == head
+        for sid in (fork, grand):
+            assert view_rows_at_once(conn, store.tenant, sid, None, forks) is None
+        assert forks == {fork, grand}
+        for bad in (0, -1):
+            assert view_rows_at_once(conn, store.tenant, root, bad, forks) is None
+        with pytest.raises(InvalidEventError, match=f"outside 0..{head}"):
+            view_rows_at_once(conn, store.tenant, root, head + 1, forks)
+        with pytest.raises(NotFoundError):
+            view_rows_at_once(conn, "another tenant", root, None, forks)
+    assert store.view(fork).to_messages() == store.view(fork).to_messages()
+    if store.dialect == "postgresql":
+        # The statement ran in autocommit; the pooled connection is handed back as it was.
+        store.view(root)
+        with store.engine.connect() as conn:
+            assert conn.connection.driver_connection.autocommit is False  # type: ignore[union-attr]
+    store.delete_session(root)
+    with pytest.raises(NotFoundError):
+        store.view(root)
 
 
 def test_a_condensation_the_query_misreads_is_read_statement_by_statement(
