@@ -16,10 +16,11 @@ way) the view is read again one statement at a time, as other drivers always do.
 
 from __future__ import annotations
 
+import functools
 import json
 import sqlite3
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple, cast
 
 from sqlalchemy import select
 from sqlalchemy.engine import Connection
@@ -120,6 +121,25 @@ _KEEP_LIKE = "'%\"keep_chars\":%'"
 _UNREAD = 9223372036854775806
 
 
+class _Slot(NamedTuple):
+    """A parameter of a statement built once and kept (:func:`_alone_statement`): the
+    value is filled in per read."""
+
+    name: str
+    type: str
+
+
+_SESSION = _Slot("session", "TEXT")
+_TENANT = _Slot("tenant", "TEXT")
+_BOUND = _Slot("bound", "BIGINT")
+
+
+def _sql_type(value: Any) -> str:
+    if isinstance(value, _Slot):
+        return value.type
+    return "BIGINT" if isinstance(value, int) else "TEXT"
+
+
 class _Query:
     """A statement under construction: its positional parameters, in the order the text
     names them (so every :meth:`p` is called where its placeholder is written, inside one
@@ -156,8 +176,7 @@ class _Query:
         if not self.pg:
             return sql
         cols = ", ".join(
-            f"CAST({self.ph} AS {'BIGINT' if isinstance(v, int) else 'TEXT'}) AS p{i}"
-            for i, v in enumerate(self.params)
+            f"CAST({self.ph} AS {_sql_type(v)}) AS p{i}" for i, v in enumerate(self.params)
         )
         assert sql.startswith("WITH ")
         return f"WITH a AS (SELECT {cols}), {sql[5:]}"
@@ -294,13 +313,16 @@ def _in_one_query(
         return None
     q = _Query(conn.dialect.name == "postgresql", placeholder)
     segs = clip(segments, 1, seq)
-    by = _fetch(conn, q, _build(q, segs, segments, seq))
+    sql = q.text(_build(q, segs, segments, seq))
+    by = _fetch(conn, q.pg, sql, q.params)
     if by is None:
         return None
     return _rows(conn, tenant, session_id, segs, segments, seq, expand, by)
 
 
-def _fetch(conn: Connection, q: _Query, sql: str, *, alone: bool = False) -> _Tagged | None:
+def _fetch(
+    conn: Connection, pg: bool, sql: str, params: list[Any], *, alone: bool = False
+) -> _Tagged | None:
     """The statement's rows by tag, or ``None`` when SQLite cannot run it.
 
     ``alone``: the statement is all the read there is, so it runs outside a transaction
@@ -310,7 +332,7 @@ def _fetch(conn: Connection, q: _Query, sql: str, *, alone: bool = False) -> _Ta
     assert driver is not None
     manual = (
         alone
-        and q.pg
+        and pg
         and not driver.autocommit
         and driver.info.transaction_status.name == "IDLE"  # else read inside it
     )
@@ -318,7 +340,7 @@ def _fetch(conn: Connection, q: _Query, sql: str, *, alone: bool = False) -> _Ta
         driver.autocommit = True
     cur = driver.cursor()
     try:
-        cur.execute(q.text(sql), q.params)
+        cur.execute(sql, params)
         fetched = cur.fetchall()
     except sqlite3.OperationalError:
         return None  # an SQLite without JSON functions, or a payload they cannot parse
@@ -422,6 +444,41 @@ _NO_BOUND = 1 << 62
 _FORKS_KEPT = 4096
 
 
+@functools.cache
+def _alone_statement(pg: bool, placeholder: str) -> tuple[str, tuple[Any, ...]]:
+    """The statement :func:`view_rows_at_once` sends, and its parameters with
+    :class:`_Slot` where the session, tenant and upper bound go (built once per driver)."""
+    q = _Query(pg, placeholder)
+    session, bound = cast(str, _SESSION), cast(int, _BOUND)
+    segs = [Segment(session, 1, bound)]
+    sql = _build(q, segs, segs, bound)
+    # The session row: its head, whether it is deleted or a fork (in the event columns).
+    sql += (
+        f" UNION ALL SELECT 's', 0, head_seq, parent_id, CAST(NULL AS VARCHAR), deleted_at, "
+        f"{q.nulls('TEXT', 'INTEGER', 'VARCHAR', 'INTEGER', 'INTEGER', 'BIGINT', 'TEXT')} "
+        f"FROM sessions WHERE id = {q.p(session)} AND tenant = {q.p(_TENANT)}"
+    )
+    # The prunes that stamped the view's parts and may truncate instead of hiding.
+    sql += (
+        f" UNION ALL SELECT 'k', 0, seq, {q.nulls('VARCHAR', 'VARCHAR', 'ts')}, payload, "
+        f"{q.nulls('INTEGER', 'VARCHAR', 'INTEGER', 'INTEGER', 'BIGINT', 'TEXT')} "
+        f"FROM events WHERE session_id = {q.p(session)} AND kind = 'prune' "
+        f"AND seq <= {q.p(bound)} AND payload LIKE {q.literal(_KEEP_LIKE)} AND seq IN ("
+    )
+    sql += " UNION ALL ".join(
+        # (each part of the text is built after the text before it: parameters in order)
+        f"SELECT compacted_seq FROM parts WHERE session_id = {q.p(session)} AND "
+        + (
+            q.pinned(1, bound)
+            if pinned
+            else f"seq >= (SELECT ft FROM b) + 1 AND seq <= {q.p(bound)}"
+        )
+        + " AND compacted_seq IS NOT NULL"
+        for pinned in (True, False)
+    )
+    return q.text(sql + ")"), tuple(q.params)
+
+
 def view_rows_at_once(
     conn: Connection,
     tenant: str,
@@ -445,36 +502,11 @@ def view_rows_at_once(
         return None
     _check_lookup(tenant, session_id)
     bound = _NO_BOUND if as_of is None else as_of
-    q = _Query(conn.dialect.name == "postgresql", placeholder)
-    segments = [Segment(session_id, 1, None)]
-    segs = clip(segments, 1, bound)
-    sql = _build(q, segs, segments, bound)
-    # The session row: its head, whether it is deleted or a fork (in the event columns).
-    sql += (
-        f" UNION ALL SELECT 's', 0, head_seq, parent_id, CAST(NULL AS VARCHAR), deleted_at, "
-        f"{q.nulls('TEXT', 'INTEGER', 'VARCHAR', 'INTEGER', 'INTEGER', 'BIGINT', 'TEXT')} "
-        f"FROM sessions WHERE id = {q.p(session_id)} AND tenant = {q.p(tenant)}"
-    )
-    # The prunes that stamped the view's parts and may truncate instead of hiding.
-    sql += (
-        f" UNION ALL SELECT 'k', 0, seq, {q.nulls('VARCHAR', 'VARCHAR', 'ts')}, payload, "
-        f"{q.nulls('INTEGER', 'VARCHAR', 'INTEGER', 'INTEGER', 'BIGINT', 'TEXT')} "
-        f"FROM events WHERE session_id = {q.p(session_id)} AND kind = 'prune' "
-        f"AND seq <= {q.p(bound)} AND payload LIKE {q.literal(_KEEP_LIKE)} AND seq IN ("
-    )
-    sql += " UNION ALL ".join(
-        # (each part of the text is built after the text before it: parameters in order)
-        f"SELECT compacted_seq FROM parts WHERE session_id = {q.p(session_id)} AND "
-        + (
-            q.pinned(1, bound)
-            if pinned
-            else f"seq >= (SELECT ft FROM b) + 1 AND seq <= {q.p(bound)}"
-        )
-        + " AND compacted_seq IS NOT NULL"
-        for pinned in (True, False)
-    )
-    sql += ")"
-    by = _fetch(conn, q, sql, alone=True)
+    pg = conn.dialect.name == "postgresql"
+    sql, template = _alone_statement(pg, placeholder)
+    values = {_SESSION: session_id, _TENANT: tenant, _BOUND: bound}
+    params = [values.get(p, p) for p in template]
+    by = _fetch(conn, pg, sql, params, alone=True)
     if by is None:
         return None
     session = by.get("s")
@@ -489,6 +521,8 @@ def view_rows_at_once(
     seq = head if as_of is None else as_of
     if seq > head:
         raise InvalidEventError(f"as_of: {as_of} is outside 0..{head} for session {session_id}")
+    segments = [Segment(session_id, 1, None)]
+    segs = [Segment(session_id, 1, bound)]
     rows = _rows(conn, tenant, session_id, segs, segments, seq, expand, by)
     if rows is None:
         return None

@@ -345,10 +345,15 @@ def _shown(options: ViewOptions, ref: PartRef, part: Any, keep: int | None) -> s
     return placeholder_text(options, ref)
 
 
-def _refused_media(evt: Any, options: ViewOptions) -> set[int]:
+_NONE_REFUSED: frozenset[int] = frozenset()
+#: A part the ``parts`` table has no row for.
+_NO_STATE = PartState(0, None)
+
+
+def _refused_media(evt: Any, options: ViewOptions) -> frozenset[int] | set[int]:
     """Indexes of the message's attachments the model does not accept (``options.accepts``)."""
     if options.accepts is None or not isinstance(evt, Message):
-        return set()
+        return _NONE_REFUSED
     return {
         i
         for i, p in enumerate(evt.parts)
@@ -399,7 +404,7 @@ def assemble(rows: ViewRows, options: ViewOptions | None, counter: TokenCounter)
     for stored in wanted:
         info = rows.parts.get(stored.seq, {})
         n_parts = len(stored.event.parts) if isinstance(stored.event, Message) else 0
-        states = [info.get(i, PartState(0, None)) for i in range(n_parts)]
+        states = [info.get(i, _NO_STATE) for i in range(n_parts)]
         item = ViewItem(
             stored=stored,
             part_tokens=[s.tokens for s in states],
@@ -611,9 +616,11 @@ def _render(view: View) -> list[dict[str, Any]]:
                 # A result carried by a non-tool message renders as a plain tool message
                 # (its extra fields describe the carrier, not the result).
                 single = (
-                    msg.model_copy(update={"parts": [p]})
-                    if msg.role == "tool"
-                    else Message(role="tool", parts=[p])
+                    Message(role="tool", parts=[p])
+                    if msg.role != "tool"
+                    else msg  # renders as a copy holding only this part would
+                    if len(msg.parts) == 1
+                    else msg.model_copy(update={"parts": [p]})
                 )
                 keep = item.kept.get(idx)
                 results.setdefault(p.tool_call_id, []).append(
