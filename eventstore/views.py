@@ -401,15 +401,18 @@ def assemble(rows: ViewRows, options: ViewOptions | None, counter: TokenCounter)
     counts = _Counts(counter)
     items: list[ViewItem] = []
     prunes: set[int] = set()
+    no_rows: dict[int, PartState] = {}
     for stored in wanted:
-        info = rows.parts.get(stored.seq, {})
+        info = rows.parts.get(stored.seq, no_rows)
         n_parts = len(stored.event.parts) if isinstance(stored.event, Message) else 0
         states = [info.get(i, _NO_STATE) for i in range(n_parts)]
-        item = ViewItem(
-            stored=stored,
-            part_tokens=[s.tokens for s in states],
-            pinned=stored.seq in pinned_seqs,
-        )
+        part_tokens = [s.tokens for s in states]
+        item = ViewItem(stored=stored, part_tokens=part_tokens, pinned=stored.seq in pinned_seqs)
+        if options.accepts is None and all(s.compacted_seq is None for s in states):
+            # Nothing shown in place of a part: the stored counts are the item's tokens.
+            item.tokens = MESSAGE_OVERHEAD + sum(part_tokens)
+            items.append(item)
+            continue
         tokens = MESSAGE_OVERHEAD
         refused = _refused_media(stored.event, options)
         for idx, state in enumerate(states):
