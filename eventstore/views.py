@@ -583,10 +583,14 @@ def _render(view: View) -> list[dict[str, Any]]:
     def emit(
         msg: Message, compacted: dict[int, PartRef], kept: dict[int, int] | None = None
     ) -> list[dict[str, Any]]:
-        refused = _refused_media(msg, options)
-        if all(isinstance(p, ProviderPart) and p.provider != options.provider for p in msg.parts):
-            if msg.parts:
-                return []  # only another provider's items: nothing this model may read
+        refused = _NONE_REFUSED if options.accepts is None else _refused_media(msg, options)
+        parts = msg.parts
+        if (
+            parts
+            and isinstance(parts[0], ProviderPart)
+            and all(isinstance(p, ProviderPart) and p.provider != options.provider for p in parts)
+        ):
+            return []  # only another provider's items: nothing this model may read
         if not compacted and not refused:
             return to_openai(
                 msg, extra=options.keep_extra, null_content=null, provider=options.provider
