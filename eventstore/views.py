@@ -615,10 +615,12 @@ def _render(view: View) -> list[dict[str, Any]]:
     # out (it stays in the log).
     # Queues per id: some agents reuse call ids within one history, so pairing is positional.
     results: dict[str, list[tuple[Message, dict[int, PartRef], dict[int, int]]]] = {}
-    for item in view.items:
+    carriers: set[int] = set()  # positions of the items that hold a tool result
+    for pos, item in enumerate(view.items):
         msg = item.message
         for idx, p in enumerate(msg.parts):
             if isinstance(p, ToolResultPart):
+                carriers.add(pos)
                 ref = item.compacted.get(idx)
                 # A result carried by a non-tool message renders as a plain tool message
                 # (its extra fields describe the carrier, not the result).
@@ -645,21 +647,24 @@ def _render(view: View) -> list[dict[str, Any]]:
         if summary is None
         else {"role": options.summary_role, "content": options.summary_prefix + summary}
     )
-    for item in view.items:
+    for pos, item in enumerate(view.items):
         msg = item.message
         if summary_msg is not None and not item.pinned:
             out.append(summary_msg)
             summary_msg = None
-        others = {i: p for i, p in enumerate(msg.parts) if not isinstance(p, ToolResultPart)}
-        if msg.role == "tool" or (len(others) < len(msg.parts) and msg.role != "assistant"):
-            if others:
-                rest = msg.model_copy(update={"parts": list(others.values())})
-                out.extend(emit(rest, {}))
-            continue
-        if len(others) < len(msg.parts):
-            msg = msg.model_copy(update={"parts": list(others.values())})
-        whole = len(others) == len(item.message.parts)
-        out.extend(emit(msg, item.compacted if whole else {}, item.kept if whole else {}))
+        if msg.role != "tool" and pos not in carriers:
+            out.extend(emit(msg, item.compacted, item.kept))  # every part is its own
+        else:
+            others = {i: p for i, p in enumerate(msg.parts) if not isinstance(p, ToolResultPart)}
+            if msg.role == "tool" or (len(others) < len(msg.parts) and msg.role != "assistant"):
+                if others:
+                    rest = msg.model_copy(update={"parts": list(others.values())})
+                    out.extend(emit(rest, {}))
+                continue
+            if len(others) < len(msg.parts):
+                msg = msg.model_copy(update={"parts": list(others.values())})
+            whole = len(others) == len(item.message.parts)
+            out.extend(emit(msg, item.compacted if whole else {}, item.kept if whole else {}))
         if msg.role == "assistant":
             for call in msg.tool_calls:
                 queue = results.get(call.id)
