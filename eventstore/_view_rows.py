@@ -460,10 +460,15 @@ def _alone_statement(pg: bool, placeholder: str) -> tuple[str, tuple[Any, ...]]:
     )
     # The prunes that stamped the view's parts and may truncate instead of hiding.
     sql += (
-        f" UNION ALL SELECT 'k', 0, seq, {q.nulls('VARCHAR', 'VARCHAR', 'ts')}, payload, "
+        f" UNION ALL SELECT 'k', 0, seq, CAST(NULL AS VARCHAR), kind, "
+        f"{q.nulls('ts')}, payload, "
         f"{q.nulls('INTEGER', 'VARCHAR', 'INTEGER', 'INTEGER', 'BIGINT', 'TEXT')} "
-        f"FROM events WHERE session_id = {q.p(session)} AND kind = 'prune' "
-        f"AND seq <= {q.p(bound)} AND payload LIKE {q.literal(_KEEP_LIKE)} AND seq IN ("
+        f"FROM events WHERE session_id = {q.p(session)} "
+        f"AND payload LIKE {q.literal(_KEEP_LIKE)} "
+        # A primary-key probe per stamp, never a scan of the session's prunes (so no
+        # condition on the kind here for the planner to scan by: it is checked after); a
+        # stamp after as_of is dropped with its part state.
+        f"AND seq {'= ANY(ARRAY(' if q.pg else 'IN ('}"
     )
     sql += " UNION ALL ".join(
         # (each part of the text is built after the text before it: parameters in order)
@@ -476,7 +481,7 @@ def _alone_statement(pg: bool, placeholder: str) -> tuple[str, tuple[Any, ...]]:
         + " AND compacted_seq IS NOT NULL"
         for pinned in (True, False)
     )
-    return q.text(sql + ")"), tuple(q.params)
+    return q.text(sql + ("))" if q.pg else ")")), tuple(q.params)
 
 
 def view_rows_at_once(
@@ -528,8 +533,10 @@ def view_rows_at_once(
         return None
     stamped = {st.compacted_seq for d in rows.parts.values() for st in d.values()}
     for r in by.get("k", ()):
+        if r[4] != "prune" or r[2] not in stamped:
+            continue
         keep = json.loads(r[6]).get("keep_chars")
-        if isinstance(keep, int) and r[2] in stamped:
+        if isinstance(keep, int):
             rows.truncations[r[2]] = keep
     return rows
 
