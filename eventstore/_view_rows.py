@@ -12,6 +12,12 @@ refuses the escaped lone surrogates a payload may hold), and the rows come back 
 the driver, without SQLAlchemy's per-row processing. The condensation is then decoded and
 checked against what the query used; on any difference (a payload written some other
 way) the view is read again one statement at a time, as other drivers always do.
+
+For a session that is not a fork, :func:`view_rows_at_once` folds the session row and the
+``keep_chars`` of truncating prunes into that statement too, and runs it outside a
+transaction: one statement reads one snapshot, so nothing else is needed (no lineage
+query, no ``BEGIN``/``COMMIT``). Its text is built once per driver. The store tries it
+first and falls back to :func:`view_rows` (forks, replicas, other drivers).
 """
 
 from __future__ import annotations
