@@ -677,9 +677,13 @@ def test_a_condensation_the_query_misreads_is_read_statement_by_statement(
         with monkeypatch.context() as m:
             for name, expr in wrong.items():
                 m.setattr(_view_rows, name, expr)
+            _view_rows._alone_statement.cache_clear()  # built again with the wrong reading
             with store.engine.connect() as conn:
                 segments, head = lineage_and_head(conn, store.tenant, sid)
                 assert (
                     _view_rows._in_one_query(conn, store.tenant, sid, segments, head, False) is None
                 )
+                alone = _view_rows.view_rows_at_once(conn, store.tenant, sid, None, set())
+                assert alone is None
             assert store.view(sid).to_messages() == before
+        _view_rows._alone_statement.cache_clear()
