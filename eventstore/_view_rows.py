@@ -56,9 +56,10 @@ __all__ = ["view_rows", "view_rows_at_once"]
 
 
 def view_rows(
-    conn: Connection, tenant: str, session_id: str, as_of: int | None, *, expand: bool = False
+    conn: Connection, tenant: str, session_id: str, as_of: int | None, *, expand: bool = True
 ) -> ViewRows:
-    """Everything :func:`eventstore.views.assemble` needs to build the view at ``as_of``.
+    """Everything :func:`eventstore.views.assemble` needs to build the view at ``as_of``
+    (with attachments' bytes put back, unless not ``expand``).
 
     One indexed probe per lineage segment for the latest condensation at or before
     ``as_of`` (the ``(session_id, kind, seq)`` index), a primary-key read of its pinned
@@ -446,7 +447,9 @@ def _rows(
 #: The upper bound of a view at the head, before the statement has read the head: the
 #: rows after the head are not there yet in the snapshot the statement reads.
 _NO_BOUND = 1 << 62
-#: Sessions known to be forks (their parent never changes), which take :func:`view_rows`.
+#: Sessions known to be forks, which take :func:`view_rows` (a session's parent never
+#: changes, and ids are UUIDs: one wrongly remembered costs speed, never the answer).
+_FORKS: set[str] = set()
 _FORKS_KEPT = 4096
 
 
@@ -495,9 +498,9 @@ def view_rows_at_once(
     tenant: str,
     session_id: str,
     as_of: int | None,
-    forks: set[str],
     *,
-    expand: bool = False,
+    expand: bool = True,
+    forks: set[str] | None = None,
 ) -> ViewRows | None:
     """:func:`view_rows` as one statement outside a transaction: the session row, the
     rows :func:`_build` reads and the ``keep_chars`` of the prunes that compacted the
@@ -505,9 +508,11 @@ def view_rows_at_once(
 
     For a session that is not a fork, on SQLite and Postgres (psycopg). ``None`` when
     this cannot answer: another driver, a fork (remembered in ``forks``, so it is not
-    asked again), ``as_of`` below 1, or a condensation the statement misread; then
+    asked again; by default for the process), ``as_of`` below 1, or a condensation the
+    statement misread; then
     :func:`view_rows` reads the view.
     """
+    forks = _FORKS if forks is None else forks
     placeholder = _PLACEHOLDERS.get(conn.dialect.driver)
     if placeholder is None or session_id in forks or (as_of is not None and as_of < 1):
         return None

@@ -32,7 +32,7 @@ from sqlalchemy import create_engine
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
-from . import _blobs, _purge, _sql, _view_rows
+from . import _blobs, _purge, _sql
 from ._checks import check_event
 from ._checks import check_int as _check_int
 from ._checks import describe_error as _describe
@@ -53,6 +53,7 @@ from ._runtime import RuntimeMethods
 from ._search import SearchMethods
 from ._sessions import SessionMethods, audit_for_async, read_event_expanded, read_page_expanded
 from ._twins import awaitable, calibrated_tokens, record_llm_call, streaming
+from ._view_rows import view_rows, view_rows_at_once
 from .codec import Encoded, check_text, encode, format_ts, read_back
 from .errors import (
     ConfigurationError,
@@ -193,7 +194,6 @@ class EventStore(
             )
         self.blob_threshold = blob_threshold
         self._heads = HeadCache()  # the head this store's appends left, per session
-        self._forks: set[str] = set()  # sessions whose views take the lineage-aware read
         self._schema_lock = threading.Lock()
         self._schema_pending: bool | None = None  # the upgrade flag, until the schema is open
         if engine is None:
@@ -286,16 +286,6 @@ class EventStore(
             raise InvalidEventError(
                 f"a number is too large for the database (the limit is {_MAX_INT})"
             ) from None
-
-    def _run_alone(self, fn: Callable[..., T], *args: Any, **kw: Any) -> T:
-        """``_run`` for a read that is one statement (or starts its own transaction if it
-        needs more): no transaction around it."""
-        self._open_schema()
-        try:
-            with self.engine.connect() as conn:
-                return fn(conn, *args, **kw)
-        except DBAPIError as exc:
-            raise map_db_error(exc, self._timeouts) from None
 
     def _run(self, fn: Callable[..., T], *args: Any, write: bool = False, **kw: Any) -> T:
         with self._tx(write) as conn:
@@ -593,18 +583,7 @@ class EventStore(
         when the head was at ``k``, whatever was appended since.
         """
         _check_int("as_of", as_of)
-        rows = None
-        if self._replica is None:  # a replica read first waits for this store's writes
-            rows = self._run_alone(
-                _view_rows.view_rows_at_once,
-                self.tenant,
-                session_id,
-                as_of,
-                self._forks,
-                expand=True,
-            )
-        if rows is None:
-            rows = self._read_run(_view_rows.view_rows, self.tenant, session_id, as_of, expand=True)
+        rows = self._read_alone(view_rows_at_once, view_rows, self.tenant, session_id, as_of)
         return assemble(rows, options, self.token_counter)
 
     def original(self, session_id: str, ref: PartRef) -> Part:

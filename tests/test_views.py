@@ -633,19 +633,19 @@ def test_the_statement_alone_reads_what_the_lineage_read_does(store: EventStore)
     with store.engine.connect() as conn:
         head = store.head(root)
         for as_of in [*range(1, head + 1), None]:
-            alone = view_rows_at_once(conn, store.tenant, root, as_of, forks, expand=True)
+            alone = view_rows_at_once(conn, store.tenant, root, as_of, expand=True, forks=forks)
             assert alone is not None
             assert alone == view_rows(conn, store.tenant, root, as_of, expand=True)
         assert alone.truncations == {head: 64} and alone.seq == head
         for sid in (fork, grand):
-            assert view_rows_at_once(conn, store.tenant, sid, None, forks) is None
+            assert view_rows_at_once(conn, store.tenant, sid, None, forks=forks) is None
         assert forks == {fork, grand}
         for bad in (0, -1):
-            assert view_rows_at_once(conn, store.tenant, root, bad, forks) is None
+            assert view_rows_at_once(conn, store.tenant, root, bad, forks=forks) is None
         with pytest.raises(InvalidEventError, match=f"outside 0..{head}"):
-            view_rows_at_once(conn, store.tenant, root, head + 1, forks)
+            view_rows_at_once(conn, store.tenant, root, head + 1, forks=forks)
         with pytest.raises(NotFoundError):
-            view_rows_at_once(conn, "another tenant", root, None, forks)
+            view_rows_at_once(conn, "another tenant", root, None, forks=forks)
     assert store.view(fork).to_messages() == store.view(fork).to_messages()
     if store.dialect == "postgresql":
         # The statement ran in autocommit; the pooled connection is handed back as it was.
@@ -683,7 +683,7 @@ def test_a_condensation_the_query_misreads_is_read_statement_by_statement(
                 assert (
                     _view_rows._in_one_query(conn, store.tenant, sid, segments, head, False) is None
                 )
-                alone = _view_rows.view_rows_at_once(conn, store.tenant, sid, None, set())
+                alone = _view_rows.view_rows_at_once(conn, store.tenant, sid, None, forks=set())
                 assert alone is None
             assert store.view(sid).to_messages() == before
         _view_rows._alone_statement.cache_clear()
