@@ -195,9 +195,12 @@ class _Query:
         """``seq`` is one of the condensation's pins in ``lo..hi`` (an index lookup per
         pin: SQLite would rather scan ``lo..hi`` than probe its ``IN`` list)."""
         if self.pg:
+            # The bounds filter the pins, not the rows: as conditions on ``seq`` beside the
+            # pins, a plan made for any values may scan the whole range and filter it.
             return (
-                f"seq >= {self.p(lo)} AND seq <= {self.p(hi)} AND "
-                "seq = ANY(CAST(string_to_array((SELECT pins FROM b), ',') AS BIGINT[]))"
+                "seq = ANY(ARRAY(SELECT x FROM unnest(CAST(string_to_array("
+                "(SELECT pins FROM b), ',') AS BIGINT[])) AS x "
+                f"WHERE x >= {self.p(lo)} AND x <= {self.p(hi)}))"
             )
         return (
             "seq IN (SELECT value FROM json_each((SELECT pins FROM b)) "
