@@ -191,20 +191,26 @@ class _Query:
     def greatest(self, a: str, b: str) -> str:
         return f"{'GREATEST' if self.pg else 'max'}({a}, {b})"
 
-    def pinned(self, lo: int, hi: int | None) -> str:
-        """``seq`` is one of the condensation's pins in ``lo..hi`` (an index lookup per
-        pin: SQLite would rather scan ``lo..hi`` than probe its ``IN`` list)."""
+    def at_pins(self, table: str, where: str, lo: int, hi: int | None) -> str:
+        """``FROM`` and ``WHERE`` for the rows of ``table`` matching ``where`` (written
+        before this is called: parameters in order) whose ``seq`` is one of the
+        condensation's pins in ``lo..hi``: an index probe per pin.
+
+        SQLite probes its ``IN`` list (it would rather scan ``lo..hi`` when given the
+        range too). Postgres gets a lateral probe per pin: the plan it keeps for the
+        prepared statement is made without the values, and with the pins as a condition
+        beside others it may scan the session's range or kind and filter by them.
+        """
         if self.pg:
-            # The bounds filter the pins, not the rows: as conditions on ``seq`` beside the
-            # pins, a plan made for any values may scan the whole range and filter it.
             return (
-                "seq = ANY(ARRAY(SELECT x FROM unnest(CAST(string_to_array("
-                "(SELECT pins FROM b), ',') AS BIGINT[])) AS x "
-                f"WHERE x >= {self.p(lo)} AND x <= {self.p(hi)}))"
+                "FROM (SELECT DISTINCT s FROM unnest(CAST(string_to_array("
+                "(SELECT pins FROM b), ',') AS BIGINT[])) AS u(s)) AS pin "
+                f"CROSS JOIN LATERAL (SELECT * FROM {table} WHERE {where} AND seq = pin.s "
+                f"OFFSET 0) AS {table} WHERE pin.s >= {self.p(lo)} AND pin.s <= {self.p(hi)}"
             )
         return (
-            "seq IN (SELECT value FROM json_each((SELECT pins FROM b)) "
-            f"WHERE value >= {self.p(lo)} AND value <= {self.p(hi)})"
+            f"FROM {table} WHERE {where} AND seq IN (SELECT value FROM json_each("
+            f"(SELECT pins FROM b)) WHERE value >= {self.p(lo)} AND value <= {self.p(hi)})"
         )
 
     def nulls(self, *types: str) -> str:
@@ -242,9 +248,9 @@ def _build(q: _Query, segs: list[Segment], segments: Sequence[Segment], as_of: i
     after_cond = "(SELECT cs FROM b) + 1"
     ev_nulls = q.nulls("INTEGER", "INTEGER", "BIGINT", "TEXT")
     for g, s in enumerate(segs):
+        where = f"session_id = {q.p(s.owner)} AND kind = 'message'"
         q.branches.append(
-            f"SELECT 'p', {g}, {_EV}, {ev_nulls} FROM events WHERE session_id = {q.p(s.owner)} "
-            f"AND kind = 'message' AND {q.pinned(s.lo, s.hi)}"
+            f"SELECT 'p', {g}, {_EV}, {ev_nulls} {q.at_pins('events', where, s.lo, s.hi)}"
         )
     for g, s in enumerate(segs):
         q.branches.append(
@@ -272,13 +278,14 @@ def _build(q: _Query, segs: list[Segment], segments: Sequence[Segment], as_of: i
     tail_nulls = q.nulls("BIGINT", "TEXT")
     for tag, pinned in (("q", True), ("u", False)):
         for g, s in enumerate(segs):
+            where = f"session_id = {q.p(s.owner)}"
             q.branches.append(
-                f"SELECT '{tag}', {g}, {pt_cols}, {tail_nulls} FROM parts "
-                f"WHERE session_id = {q.p(s.owner)} AND "
+                f"SELECT '{tag}', {g}, {pt_cols}, {tail_nulls} "
                 + (
-                    q.pinned(s.lo, s.hi)
+                    q.at_pins("parts", where, s.lo, s.hi)
                     if pinned
-                    else f"seq >= {q.greatest(q.p(s.lo), tail_lo)} AND seq <= {q.p(s.hi)}"
+                    else f"FROM parts WHERE {where} AND seq >= "
+                    f"{q.greatest(q.p(s.lo), tail_lo)} AND seq <= {q.p(s.hi)}"
                 )
             )
     if len(segments) > 1:
@@ -290,15 +297,15 @@ def _build(q: _Query, segs: list[Segment], segments: Sequence[Segment], as_of: i
             for g in range(1, len(segments)):
                 seg = segments[g]
                 limit = as_of if seg.hi is None else min(as_of, seg.hi)
+                where = f"session_id = {q.p(seg.owner)} AND compacted_seq <= {q.p(limit)}"
                 q.branches.append(
-                    f"SELECT '{tag}', {g}, {fc_cols}, {tail_nulls} FROM fork_compactions "
-                    f"WHERE session_id = {q.p(seg.owner)} AND "
+                    f"SELECT '{tag}', {g}, {fc_cols}, {tail_nulls} "
                     + (
-                        q.pinned(1, as_of)
+                        q.at_pins("fork_compactions", where, 1, as_of)
                         if pinned
-                        else f"seq >= {q.greatest(q.p(1), tail_lo)} AND seq <= {q.p(as_of)}"
+                        else f"FROM fork_compactions WHERE {where} AND seq >= "
+                        f"{q.greatest(q.p(1), tail_lo)} AND seq <= {q.p(as_of)}"
                     )
-                    + f" AND compacted_seq <= {q.p(limit)}"
                 )
     return " UNION ALL ".join([sql, *q.branches])
 
@@ -482,16 +489,11 @@ def _alone_statement(pg: bool, placeholder: str) -> tuple[str, tuple[Any, ...]]:
         # stamp after as_of is dropped with its part state.
         f"AND seq {'= ANY(ARRAY(' if q.pg else 'IN ('}"
     )
-    sql += " UNION ALL ".join(
-        # (each part of the text is built after the text before it: parameters in order)
-        f"SELECT compacted_seq FROM parts WHERE session_id = {q.p(session)} AND "
-        + (
-            q.pinned(1, bound)
-            if pinned
-            else f"seq >= (SELECT ft FROM b) + 1 AND seq <= {q.p(bound)}"
-        )
-        + " AND compacted_seq IS NOT NULL"
-        for pinned in (True, False)
+    where = f"session_id = {q.p(session)} AND compacted_seq IS NOT NULL"
+    sql += f"SELECT compacted_seq {q.at_pins('parts', where, 1, bound)} UNION ALL "
+    sql += f"SELECT compacted_seq FROM parts WHERE session_id = {q.p(session)} "
+    sql += (
+        f"AND compacted_seq IS NOT NULL AND seq >= (SELECT ft FROM b) + 1 AND seq <= {q.p(bound)}"
     )
     return q.text(sql + ("))" if q.pg else ")")), tuple(q.params)
 

@@ -657,6 +657,42 @@ def test_the_statement_alone_reads_what_the_lineage_read_does(store: EventStore)
         store.view(root)
 
 
+def test_the_kept_postgres_plan_reads_the_tail_not_the_session(store: EventStore) -> None:
+    # Postgres keeps one plan for the prepared view statement, made without the values. It
+    # must still probe the pins, the tail and the truncating prunes, never scan the
+    # session: count the rows every scan of events and parts touched in that plan.
+    if store.dialect != "postgresql":
+        pytest.skip("plans made without the values are a Postgres matter")
+    from eventstore._view_rows import _BOUND, _SESSION, _TENANT, _alone_statement
+
+    sid = store.create_session().id
+    batch: list[Any] = [Message.system("sys"), Message.user("task")]
+    for i in range(1, 400):
+        call = ToolCallPart(id=f"c{i}", name="ls")
+        batch += [Message.user(f"step {i}"), Message.assistant("ok", [call])]
+        batch += [Message.tool(f"c{i}", "out " * 50)]
+    store.append(sid, batch)
+    head = store.head(sid)
+    store.append(sid, [Condensation(forgotten_from=3, forgotten_to=head - 30, pinned=[1, 2])])
+    store.append(sid, [Prune(targets=[PartRef(seq=head - 3, index=0)], keep_chars=64)])
+    sql, template = _alone_statement(True, "%s")
+    values = {_SESSION: sid, _TENANT: store.tenant, _BOUND: store.head(sid)}
+    with store.engine.connect() as conn:
+        cur = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
+        cur.execute("SET plan_cache_mode = force_generic_plan")
+        cur.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql, [values.get(p, p) for p in template])
+        plan = cur.fetchone()[0][0]["Plan"]
+        conn.rollback()
+
+    def touched(node: dict[str, Any]) -> int:
+        own = 0
+        if node.get("Relation Name") in ("events", "parts"):
+            own = node["Actual Rows"] + node.get("Rows Removed by Filter", 0)
+        return own + sum(touched(child) for child in node.get("Plans", ()))
+
+    assert touched(plan) < 200  # the tail's ~30 events and their parts, 2 pins, 1 prune
+
+
 def test_a_condensation_the_query_misreads_is_read_statement_by_statement(
     store: EventStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
