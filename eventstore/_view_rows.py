@@ -357,7 +357,12 @@ def _fetch(
         driver.autocommit = True
     cur = driver.cursor()
     try:
-        cur.execute(sql, params)
+        if pg and driver.prepare_threshold is not None:
+            # Prepared from the first read (not the fifth), unless prepared statements
+            # are off for this connection (a transaction-pooling proxy, say).
+            cur.execute(sql, params, prepare=True)
+        else:
+            cur.execute(sql, params)
         fetched = cur.fetchall()
     except sqlite3.OperationalError:
         return None  # an SQLite without JSON functions, or a payload they cannot parse
