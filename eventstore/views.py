@@ -559,14 +559,16 @@ def apply_event(view: View, event: Prune | Condensation, counter: TokenCounter) 
 
 
 def _unanswered_calls(items: Sequence[ViewItem]) -> list[str]:
-    answered = {p.tool_call_id for i in items for p in i.message.parts if p.type == "tool_result"}
-    return [
-        p.id
-        for i in items
-        if i.message.role == "assistant"
-        for p in i.message.parts
-        if p.type == "tool_call" and p.id not in answered
-    ]
+    answered: set[str] = set()
+    calls: list[str] = []  # in order: the assistant messages' tool calls
+    for item in items:
+        msg = item.message
+        for p in msg.parts:
+            if p.type == "tool_result":
+                answered.add(p.tool_call_id)
+            elif p.type == "tool_call" and msg.role == "assistant":
+                calls.append(p.id)
+    return [c for c in calls if c not in answered]
 
 
 def render(view: View) -> list[dict[str, Any]]:
