@@ -149,6 +149,7 @@ class ReplicaMethods:
 
     if TYPE_CHECKING:
         dialect: str
+        engine: Engine
         _replica: ReadReplica | None
         _timeouts: Timeouts
 
@@ -201,6 +202,24 @@ class ReplicaMethods:
                     yield replica
             except DBAPIError as exc:
                 raise map_db_error(exc, self._timeouts) from None
+
+    def _read_alone(
+        self, alone: Callable[..., T | None], fn: Callable[..., T], *args: Any, **kw: Any
+    ) -> T:
+        """``fn``'s read, tried first as ``alone``: one statement on the primary, outside
+        a transaction, which returns ``None`` where it cannot answer (then ``fn`` reads
+        through :meth:`_read_run`). Not with a replica: its reads first wait for this
+        store's writes."""
+        if self._replica is None:
+            self._open_schema()
+            try:
+                with self.engine.connect() as conn:
+                    out = alone(conn, *args, **kw)
+            except DBAPIError as exc:
+                raise map_db_error(exc, self._timeouts) from None
+            if out is not None:
+                return out
+        return self._read_run(fn, *args, **kw)
 
     def _read_run(self, fn: Callable[..., T], *args: Any, **kw: Any) -> T:
         """``_run`` for a read that may go to the replica."""

@@ -12,44 +12,54 @@ refuses the escaped lone surrogates a payload may hold), and the rows come back 
 the driver, without SQLAlchemy's per-row processing. The condensation is then decoded and
 checked against what the query used; on any difference (a payload written some other
 way) the view is read again one statement at a time, as other drivers always do.
+
+For a session that is not a fork, :func:`view_rows_at_once` folds the session row and the
+``keep_chars`` of truncating prunes into that statement too, and runs it outside a
+transaction: one statement reads one snapshot, so nothing else is needed (no lineage
+query, no ``BEGIN``/``COMMIT``). Its text is built once per driver. The store tries it
+first and falls back to :func:`view_rows` (forks, replicas, other drivers).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import sqlite3
 from collections.abc import Sequence
-from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple, cast
 
 from sqlalchemy import select
 from sqlalchemy.engine import Connection
 
 from . import _blobs
 from ._sql import (
+    _AUDITING,
     _EVENT_COLS,
     BREAKER_PREFIX,
     Segment,
+    _check_lookup,
+    _not_found,
     clip,
     latest_in,
     lineage_and_head,
     owner_of,
     row_to_stored,
 )
-from .codec import decode_event
+from .codec import decode_row
 from .errors import InvalidEventError
 from .events import Condensation
 from .records import StoredEvent
 from .schema import events, fork_compactions, parts
 from .views import PartState, ViewRows
 
-__all__ = ["view_rows"]
+__all__ = ["view_rows", "view_rows_at_once"]
 
 
 def view_rows(
-    conn: Connection, tenant: str, session_id: str, as_of: int | None, *, expand: bool = False
+    conn: Connection, tenant: str, session_id: str, as_of: int | None, *, expand: bool = True
 ) -> ViewRows:
-    """Everything :func:`eventstore.views.assemble` needs to build the view at ``as_of``.
+    """Everything :func:`eventstore.views.assemble` needs to build the view at ``as_of``
+    (with attachments' bytes put back, unless not ``expand``).
 
     One indexed probe per lineage segment for the latest condensation at or before
     ``as_of`` (the ``(session_id, kind, seq)`` index), a primary-key read of its pinned
@@ -112,14 +122,44 @@ _PG_FORGOTTEN_TO = "CAST(substring(payload from '\"forgotten_to\":(-?[0-9]{1,18}
 _PG_PINNED = "substring(payload from '\"pinned\":\\[((?:-?[0-9]{1,18},)*-?[0-9]{1,18})\\]')"
 _LITE_FORGOTTEN_TO = "json_extract(payload, '$.forgotten_to')"
 _LITE_PINNED = "json_extract(payload, '$.pinned')"
+#: Prunes that truncate instead of hiding (literal, like :data:`_BREAKER_LIKE`).
+_KEEP_LIKE = "'%\"keep_chars\":%'"
 #: A forgotten range the query could not read hides everything (the check then rereads).
 _UNREAD = 9223372036854775806
+
+
+class _Slot(NamedTuple):
+    """A parameter of a statement built once and kept (:func:`_alone_statement`): the
+    value is filled in per read."""
+
+    name: str
+    type: str
+
+
+_SESSION = _Slot("session", "TEXT")
+_TENANT = _Slot("tenant", "TEXT")
+_BOUND = _Slot("bound", "BIGINT")
+
+
+def _sql_type(value: Any) -> str:
+    if isinstance(value, _Slot):
+        return value.type
+    return "BIGINT" if isinstance(value, int) else "TEXT"
 
 
 class _Query:
     """A statement under construction: its positional parameters, in the order the text
     names them (so every :meth:`p` is called where its placeholder is written, inside one
-    f-string, left to right)."""
+    f-string, left to right).
+
+    On Postgres the parameters are not written where they are used: each use reads a
+    column of one row, ``a``, that holds them all (see :meth:`text`). The planner then
+    knows no more about them when it plans with their values than without, so the plan
+    it makes once for the prepared statement (psycopg prepares a statement run five
+    times) costs what a plan made for the values would, and Postgres keeps that one
+    instead of planning the dozen-branch statement again on every view, which took
+    longer than running it.
+    """
 
     def __init__(self, pg: bool, placeholder: str) -> None:
         self.pg = pg
@@ -129,22 +169,48 @@ class _Query:
 
     def p(self, value: Any) -> str:
         self.params.append(value)
+        if self.pg:
+            return f"(SELECT p{len(self.params) - 1} FROM a)"
         return self.ph
+
+    def literal(self, sql: str) -> str:
+        """SQL text holding ``%`` as written in a statement with parameters (psycopg
+        reads ``%`` as the start of a placeholder)."""
+        return sql.replace("%", "%%") if self.ph == "%s" else sql
+
+    def text(self, sql: str) -> str:
+        """``sql`` (a ``WITH`` statement built with :meth:`p`) as it is sent."""
+        if not self.pg:
+            return sql
+        cols = ", ".join(
+            f"CAST({self.ph} AS {_sql_type(v)}) AS p{i}" for i, v in enumerate(self.params)
+        )
+        assert sql.startswith("WITH ")
+        return f"WITH a AS (SELECT {cols}), {sql[5:]}"
 
     def greatest(self, a: str, b: str) -> str:
         return f"{'GREATEST' if self.pg else 'max'}({a}, {b})"
 
-    def pinned(self, lo: int, hi: int | None) -> str:
-        """``seq`` is one of the condensation's pins in ``lo..hi`` (an index lookup per
-        pin: SQLite would rather scan ``lo..hi`` than probe its ``IN`` list)."""
+    def at_pins(self, table: str, where: str, lo: int, hi: int | None) -> str:
+        """``FROM`` and ``WHERE`` for the rows of ``table`` matching ``where`` (written
+        before this is called: parameters in order) whose ``seq`` is one of the
+        condensation's pins in ``lo..hi``: an index probe per pin.
+
+        SQLite probes its ``IN`` list (it would rather scan ``lo..hi`` when given the
+        range too). Postgres gets a lateral probe per pin: the plan it keeps for the
+        prepared statement is made without the values, and with the pins as a condition
+        beside others it may scan the session's range or kind and filter by them.
+        """
         if self.pg:
             return (
-                f"seq >= {self.p(lo)} AND seq <= {self.p(hi)} AND "
-                "seq = ANY(CAST(string_to_array((SELECT pins FROM b), ',') AS BIGINT[]))"
+                "FROM (SELECT DISTINCT s FROM unnest(CAST(string_to_array("
+                "(SELECT pins FROM b), ',') AS BIGINT[])) AS u(s)) AS pin "
+                f"CROSS JOIN LATERAL (SELECT * FROM {table} WHERE {where} AND seq = pin.s "
+                f"OFFSET 0) AS {table} WHERE pin.s >= {self.p(lo)} AND pin.s <= {self.p(hi)}"
             )
         return (
-            "seq IN (SELECT value FROM json_each((SELECT pins FROM b)) "
-            f"WHERE value >= {self.p(lo)} AND value <= {self.p(hi)})"
+            f"FROM {table} WHERE {where} AND seq IN (SELECT value FROM json_each("
+            f"(SELECT pins FROM b)) WHERE value >= {self.p(lo)} AND value <= {self.p(hi)})"
         )
 
     def nulls(self, *types: str) -> str:
@@ -154,9 +220,13 @@ class _Query:
         return ", ".join(f"CAST(NULL AS {ts if t == 'ts' else t})" for t in types)
 
 
-def _build(
-    q: _Query, segs: list[Segment], segments: Sequence[Segment], as_of: int, like: str
-) -> str:
+#: What the newest breaker event's payload holds, as a literal: SQLite compiles a
+#: statement again each time a parameter on the right of ``LIKE`` is bound (its value could
+#: change the plan), which for the combined statement cost more than running it.
+_BREAKER_LIKE = '\'%"name":"' + BREAKER_PREFIX.replace("'", "''") + "%'"
+
+
+def _build(q: _Query, segs: list[Segment], segments: Sequence[Segment], as_of: int) -> str:
     """The combined statement; each row is tagged with what it is (``src``) and the index
     ``g`` of its segment (in ``segs``, or in ``segments`` for fork compactions)."""
     probe = [
@@ -178,9 +248,9 @@ def _build(
     after_cond = "(SELECT cs FROM b) + 1"
     ev_nulls = q.nulls("INTEGER", "INTEGER", "BIGINT", "TEXT")
     for g, s in enumerate(segs):
+        where = f"session_id = {q.p(s.owner)} AND kind = 'message'"
         q.branches.append(
-            f"SELECT 'p', {g}, {_EV}, {ev_nulls} FROM events WHERE session_id = {q.p(s.owner)} "
-            f"AND kind = 'message' AND {q.pinned(s.lo, s.hi)}"
+            f"SELECT 'p', {g}, {_EV}, {ev_nulls} {q.at_pins('events', where, s.lo, s.hi)}"
         )
     for g, s in enumerate(segs):
         q.branches.append(
@@ -200,7 +270,7 @@ def _build(
                 f"SELECT * FROM (SELECT '{tag}' AS src, {g} AS g, {_EV}, {ev_nulls} FROM events "
                 f"WHERE session_id = {q.p(s.owner)} AND kind = '{kind}' "
                 f"AND seq >= {q.greatest(q.p(s.lo), after_cond)} AND seq <= {q.p(s.hi)}"
-                f"{f' AND payload LIKE {q.p(like)}' if match else ''} "
+                f"{f' AND payload LIKE {q.literal(_BREAKER_LIKE)}' if match else ''} "
                 f"ORDER BY seq DESC LIMIT 1) AS {tag}{g}"
             )
     pt_nulls = q.nulls("VARCHAR", "VARCHAR", "ts", "TEXT")
@@ -208,13 +278,14 @@ def _build(
     tail_nulls = q.nulls("BIGINT", "TEXT")
     for tag, pinned in (("q", True), ("u", False)):
         for g, s in enumerate(segs):
+            where = f"session_id = {q.p(s.owner)}"
             q.branches.append(
-                f"SELECT '{tag}', {g}, {pt_cols}, {tail_nulls} FROM parts "
-                f"WHERE session_id = {q.p(s.owner)} AND "
+                f"SELECT '{tag}', {g}, {pt_cols}, {tail_nulls} "
                 + (
-                    q.pinned(s.lo, s.hi)
+                    q.at_pins("parts", where, s.lo, s.hi)
                     if pinned
-                    else f"seq >= {q.greatest(q.p(s.lo), tail_lo)} AND seq <= {q.p(s.hi)}"
+                    else f"FROM parts WHERE {where} AND seq >= "
+                    f"{q.greatest(q.p(s.lo), tail_lo)} AND seq <= {q.p(s.hi)}"
                 )
             )
     if len(segments) > 1:
@@ -226,35 +297,22 @@ def _build(
             for g in range(1, len(segments)):
                 seg = segments[g]
                 limit = as_of if seg.hi is None else min(as_of, seg.hi)
+                where = f"session_id = {q.p(seg.owner)} AND compacted_seq <= {q.p(limit)}"
                 q.branches.append(
-                    f"SELECT '{tag}', {g}, {fc_cols}, {tail_nulls} FROM fork_compactions "
-                    f"WHERE session_id = {q.p(seg.owner)} AND "
+                    f"SELECT '{tag}', {g}, {fc_cols}, {tail_nulls} "
                     + (
-                        q.pinned(1, as_of)
+                        q.at_pins("fork_compactions", where, 1, as_of)
                         if pinned
-                        else f"seq >= {q.greatest(q.p(1), tail_lo)} AND seq <= {q.p(as_of)}"
+                        else f"FROM fork_compactions WHERE {where} AND seq >= "
+                        f"{q.greatest(q.p(1), tail_lo)} AND seq <= {q.p(as_of)}"
                     )
-                    + f" AND compacted_seq <= {q.p(limit)}"
                 )
     return " UNION ALL ".join([sql, *q.branches])
 
 
-def _utc(value: Any) -> datetime:
-    """A ``created_at`` as the driver returns it, as :class:`~eventstore.schema.UTCDateTime`
-    reads it (SQLite holds naive UTC text)."""
-    if isinstance(value, str):
-        value = datetime.fromisoformat(value)
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-
-
 def _stored(r: Any, owner: str) -> StoredEvent:
-    return StoredEvent(
-        session_id=owner,
-        seq=r[2],
-        hash=r[8],
-        token_count=r[7],
-        event=decode_event(r[4], r[6], r[3], _utc(r[5])),
-    )
+    event = decode_row(r[4], r[6], r[3], r[5])
+    return StoredEvent(session_id=owner, seq=r[2], hash=r[8], token_count=r[7], event=event)
 
 
 def _in_one_query(
@@ -270,24 +328,72 @@ def _in_one_query(
     placeholder = _PLACEHOLDERS.get(conn.dialect.driver)
     if placeholder is None:
         return None
-    pg = conn.dialect.name == "postgresql"
-    q = _Query(pg, placeholder)
+    q = _Query(conn.dialect.name == "postgresql", placeholder)
     segs = clip(segments, 1, seq)
-    sql = _build(q, segs, segments, seq, f'%"name":"{BREAKER_PREFIX}%')
+    sql = q.text(_build(q, segs, segments, seq))
+    by = _fetch(conn, q.pg, sql, q.params)
+    if by is None:
+        return None
+    return _rows(conn, tenant, session_id, segs, segments, seq, expand, by)
+
+
+def _fetch(
+    conn: Connection, pg: bool, sql: str, params: list[Any], *, alone: bool = False
+) -> _Tagged | None:
+    """The statement's rows by tag, or ``None`` when SQLite cannot run it.
+
+    ``alone``: the statement is all the read there is, so it runs outside a transaction
+    (on Postgres that saves the ``BEGIN`` and ``ROLLBACK`` round trips; one statement
+    reads one snapshot either way)."""
     driver = conn.connection.driver_connection
     assert driver is not None
+    manual = (
+        alone
+        and pg
+        and not driver.autocommit
+        and driver.info.transaction_status.name == "IDLE"  # else read inside it
+    )
+    if manual:
+        driver.autocommit = True
     cur = driver.cursor()
     try:
-        cur.execute(sql, q.params)
+        if pg and driver.prepare_threshold is not None:
+            # Prepared from the first read (not the fifth), unless prepared statements
+            # are off for this connection (a transaction-pooling proxy, say).
+            cur.execute(sql, params, prepare=True)
+        else:
+            cur.execute(sql, params)
         fetched = cur.fetchall()
     except sqlite3.OperationalError:
         return None  # an SQLite without JSON functions, or a payload they cannot parse
     finally:
         cur.close()
-
-    by: dict[str, list[Any]] = {}
+        if manual:
+            driver.autocommit = False
+    by: _Tagged = {}
     for r in fetched:
         by.setdefault(r[0], []).append(r)
+    return by
+
+
+#: Rows of the combined statement by their tag (``src``).
+_Tagged = dict[str, list[Any]]
+
+
+def _rows(
+    conn: Connection,
+    tenant: str,
+    session_id: str,
+    segs: list[Segment],
+    segments: list[Segment],
+    seq: int,
+    expand: bool,
+    by: _Tagged,
+) -> ViewRows | None:
+    """:class:`ViewRows` from the combined statement's rows (and, when the tail holds
+    condensation requests, attachments or custom events that only mention a breaker, the
+    statements that read what those need), or ``None`` when the condensation's payload
+    is not what the statement could read."""
     cond: StoredEvent | None = None
     if "c" in by:
         r = by["c"][0]
@@ -349,6 +455,111 @@ def _in_one_query(
         control=control,
         rows_read=(0 if cond is None else 1) + len(pinned) + len(tail) + n + len(control),
     )
+
+
+# --------------------------------------------------------------------------- the whole view at once
+
+#: The upper bound of a view at the head, before the statement has read the head: the
+#: rows after the head are not there yet in the snapshot the statement reads.
+_NO_BOUND = 1 << 62
+#: Sessions known to be forks, which take :func:`view_rows` (a session's parent never
+#: changes, and ids are UUIDs: one wrongly remembered costs speed, never the answer).
+_FORKS: set[str] = set()
+_FORKS_KEPT = 4096
+
+
+@functools.cache
+def _alone_statement(pg: bool, placeholder: str) -> tuple[str, tuple[Any, ...]]:
+    """The statement :func:`view_rows_at_once` sends, and its parameters with
+    :class:`_Slot` where the session, tenant and upper bound go (built once per driver)."""
+    q = _Query(pg, placeholder)
+    session, bound = cast(str, _SESSION), cast(int, _BOUND)
+    segs = [Segment(session, 1, bound)]
+    sql = _build(q, segs, segs, bound)
+    # The session row: its head, whether it is deleted or a fork (in the event columns).
+    sql += (
+        f" UNION ALL SELECT 's', 0, head_seq, parent_id, CAST(NULL AS VARCHAR), deleted_at, "
+        f"{q.nulls('TEXT', 'INTEGER', 'VARCHAR', 'INTEGER', 'INTEGER', 'BIGINT', 'TEXT')} "
+        f"FROM sessions WHERE id = {q.p(session)} AND tenant = {q.p(_TENANT)}"
+    )
+    # The prunes that stamped the view's parts and may truncate instead of hiding.
+    sql += (
+        f" UNION ALL SELECT 'k', 0, seq, CAST(NULL AS VARCHAR), kind, "
+        f"{q.nulls('ts')}, payload, "
+        f"{q.nulls('INTEGER', 'VARCHAR', 'INTEGER', 'INTEGER', 'BIGINT', 'TEXT')} "
+        f"FROM events WHERE session_id = {q.p(session)} "
+        f"AND payload LIKE {q.literal(_KEEP_LIKE)} "
+        # A primary-key probe per stamp, never a scan of the session's prunes (so no
+        # condition on the kind here for the planner to scan by: it is checked after); a
+        # stamp after as_of is dropped with its part state.
+        f"AND seq {'= ANY(ARRAY(' if q.pg else 'IN ('}"
+    )
+    where = f"session_id = {q.p(session)} AND compacted_seq IS NOT NULL"
+    sql += f"SELECT compacted_seq {q.at_pins('parts', where, 1, bound)} UNION ALL "
+    sql += f"SELECT compacted_seq FROM parts WHERE session_id = {q.p(session)} "
+    sql += (
+        f"AND compacted_seq IS NOT NULL AND seq >= (SELECT ft FROM b) + 1 AND seq <= {q.p(bound)}"
+    )
+    return q.text(sql + ("))" if q.pg else ")")), tuple(q.params)
+
+
+def view_rows_at_once(
+    conn: Connection,
+    tenant: str,
+    session_id: str,
+    as_of: int | None,
+    *,
+    expand: bool = True,
+    forks: set[str] | None = None,
+) -> ViewRows | None:
+    """:func:`view_rows` as one statement outside a transaction: the session row, the
+    rows :func:`_build` reads and the ``keep_chars`` of the prunes that compacted the
+    view's parts, all from one snapshot.
+
+    For a session that is not a fork, on SQLite and Postgres (psycopg). ``None`` when
+    this cannot answer: another driver, a fork (remembered in ``forks``, so it is not
+    asked again; by default for the process), ``as_of`` below 1, or a condensation the
+    statement misread; then
+    :func:`view_rows` reads the view.
+    """
+    forks = _FORKS if forks is None else forks
+    placeholder = _PLACEHOLDERS.get(conn.dialect.driver)
+    if placeholder is None or session_id in forks or (as_of is not None and as_of < 1):
+        return None
+    _check_lookup(tenant, session_id)
+    bound = _NO_BOUND if as_of is None else as_of
+    pg = conn.dialect.name == "postgresql"
+    sql, template = _alone_statement(pg, placeholder)
+    values = {_SESSION: session_id, _TENANT: tenant, _BOUND: bound}
+    params = [values.get(p, p) for p in template]
+    by = _fetch(conn, pg, sql, params, alone=True)
+    if by is None:
+        return None
+    session = by.get("s")
+    if not session or (session[0][5] is not None and not _AUDITING.get()):
+        raise _not_found(tenant, session_id)
+    if session[0][3] is not None:
+        if len(forks) >= _FORKS_KEPT:
+            forks.clear()
+        forks.add(session_id)
+        return None
+    head = session[0][2]
+    seq = head if as_of is None else as_of
+    if seq > head:
+        raise InvalidEventError(f"as_of: {as_of} is outside 0..{head} for session {session_id}")
+    segments = [Segment(session_id, 1, None)]
+    segs = [Segment(session_id, 1, bound)]
+    rows = _rows(conn, tenant, session_id, segs, segments, seq, expand, by)
+    if rows is None:
+        return None
+    stamped = {st.compacted_seq for d in rows.parts.values() for st in d.values()}
+    for r in by.get("k", ()):
+        if r[4] != "prune" or r[2] not in stamped:
+            continue
+        keep = json.loads(r[6]).get("keep_chars")
+        if isinstance(keep, int):
+            rows.truncations[r[2]] = keep
+    return rows
 
 
 # --------------------------------------------------------------------------- statement by statement

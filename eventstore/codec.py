@@ -45,6 +45,7 @@ __all__ = [
     "storable_text_error",
     "encode_event",
     "decode_event",
+    "decode_row",
     "chain_hash",
     "chain_hash_ts",
     "batch_digest",
@@ -243,30 +244,61 @@ def decode_event(kind: str, payload: str, event_id: str, created_at: datetime) -
 
     One pass of pydantic's JSON validator over the payload text, with the columns spliced
     in at its end. Its parser refuses lone surrogates (kept from invalid UTF-8 tool output,
-    stored as ``\\udXXX`` escapes) that Python's accepts, so a payload that may hold one,
-    or that the fast pass refuses for any reason, takes the ``json.loads`` path, which
-    decides (and raises) exactly as before.
+    stored as ``\\udXXX`` escapes) that Python's accepts, so a payload it refuses, for that
+    or any other reason, takes the ``json.loads`` path, which decides (and raises) exactly
+    as before.
     """
-    if (
-        "\\ud" not in payload
-        and payload[-1:] == "}"
-        and isinstance(created_at, datetime)
-        and _PLAIN.fullmatch(kind)
-    ):
-        # The columns go last: like the assignments below, they win over same-named keys.
-        id_text = (
-            f'"{event_id}"'
-            if isinstance(event_id, str) and _PLAIN.fullmatch(event_id)
-            else json.dumps(event_id)
-        )
-        cols = f'"kind":"{kind}","id":{id_text},"created_at":"{created_at.isoformat()}"}}'
-
-        text = payload[:-1] + cols if payload == "{}" else payload[:-1] + "," + cols
-        try:
-            return EVENT_ADAPTER.validate_json(text)
-        except ValidationError:
-            pass
+    if isinstance(created_at, datetime):
+        evt = _decode_fast(kind, payload, event_id, created_at.isoformat())
+        if evt is not None:
+            return evt
     return _decode_event_loads(kind, payload, event_id, created_at)
+
+
+#: ``created_at`` as SQLite holds it: naive UTC text, microseconds always written.
+_SQLITE_STAMP = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{6})?")
+
+
+def decode_row(kind: str, payload: str, event_id: str, created_at: datetime | str) -> Event:
+    """:func:`decode_event` for ``created_at`` exactly as a driver returns the column: an
+    aware datetime (Postgres), or SQLite's naive UTC text, which goes to the JSON
+    validator as it is (with its zone) instead of being parsed here first."""
+    if isinstance(created_at, str):
+        if _SQLITE_STAMP.fullmatch(created_at):
+            evt = _decode_fast(kind, payload, event_id, created_at + "Z")
+            if evt is not None:
+                return evt
+        created_at = datetime.fromisoformat(created_at)
+    if created_at.tzinfo is None:
+        created_at = created_at.replace(tzinfo=UTC)
+    return decode_event(kind, payload, event_id, created_at)
+
+
+#: Each kind's own validator: what the union's validator picks by the ``kind`` tag,
+#: without the pick.
+_BY_KIND = {
+    get_args(cls.model_fields["kind"].annotation)[0]: cls.__pydantic_validator__
+    for cls in get_args(get_args(Event)[0])
+}
+
+
+def _decode_fast(kind: str, payload: str, event_id: str, stamp: str) -> Event | None:
+    """The event from one pass of the JSON validator, or None when it refuses the text."""
+    validator = _BY_KIND.get(kind)
+    if payload[-1:] != "}" or validator is None:
+        return None
+    # The columns go last: like the assignments below, they win over same-named keys.
+    id_text = (
+        f'"{event_id}"'
+        if isinstance(event_id, str) and _PLAIN.fullmatch(event_id)
+        else json.dumps(event_id)
+    )
+    cols = f'"kind":"{kind}","id":{id_text},"created_at":"{stamp}"}}'
+    text = payload[:-1] + cols if payload == "{}" else payload[:-1] + "," + cols
+    try:
+        return validator.validate_json(text)
+    except ValidationError:
+        return None
 
 
 def _decode_event_loads(kind: str, payload: str, event_id: str, created_at: datetime) -> Event:

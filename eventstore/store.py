@@ -32,7 +32,7 @@ from sqlalchemy import create_engine
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
-from . import _blobs, _purge, _sql, _view_rows
+from . import _blobs, _purge, _sql
 from ._checks import check_event
 from ._checks import check_int as _check_int
 from ._checks import describe_error as _describe
@@ -53,6 +53,7 @@ from ._runtime import RuntimeMethods
 from ._search import SearchMethods
 from ._sessions import SessionMethods, audit_for_async, read_event_expanded, read_page_expanded
 from ._twins import awaitable, calibrated_tokens, record_llm_call, streaming
+from ._view_rows import view_rows, view_rows_at_once
 from .codec import Encoded, check_text, encode, format_ts, read_back
 from .errors import (
     ConfigurationError,
@@ -583,7 +584,7 @@ class EventStore(
         when the head was at ``k``, whatever was appended since.
         """
         _check_int("as_of", as_of)
-        rows = self._read_run(_view_rows.view_rows, self.tenant, session_id, as_of, expand=True)
+        rows = self._read_alone(view_rows_at_once, view_rows, self.tenant, session_id, as_of)
         return assemble(rows, options, self.token_counter)
 
     def original(self, session_id: str, ref: PartRef) -> Part:
@@ -643,9 +644,8 @@ class EventStore(
         """The view's tokens, anchored on the provider's count when one is available.
 
         When the newest ``llm_call`` at or before the view reported real prompt tokens and
-        the view has not been reshaped since (no newer condensation or prune), the estimate
-        is that number plus the stored counts of what was appended after the call's view.
-        """
+        the view has not been reshaped since (no newer condensation or prune): that number
+        plus the stored counts of what was appended after the call's view."""
         found = self.read(view.session_id, calibration_floor(view), view.seq, kinds=["llm_call"])
         return calibrate(view, (e.event for e in found if isinstance(e.event, LLMCall)))
 

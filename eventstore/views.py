@@ -345,10 +345,15 @@ def _shown(options: ViewOptions, ref: PartRef, part: Any, keep: int | None) -> s
     return placeholder_text(options, ref)
 
 
-def _refused_media(evt: Any, options: ViewOptions) -> set[int]:
+_NONE_REFUSED: frozenset[int] = frozenset()
+#: A part the ``parts`` table has no row for.
+_NO_STATE = PartState(0, None)
+
+
+def _refused_media(evt: Any, options: ViewOptions) -> frozenset[int] | set[int]:
     """Indexes of the message's attachments the model does not accept (``options.accepts``)."""
     if options.accepts is None or not isinstance(evt, Message):
-        return set()
+        return _NONE_REFUSED
     return {
         i
         for i, p in enumerate(evt.parts)
@@ -396,15 +401,18 @@ def assemble(rows: ViewRows, options: ViewOptions | None, counter: TokenCounter)
     counts = _Counts(counter)
     items: list[ViewItem] = []
     prunes: set[int] = set()
+    no_rows: dict[int, PartState] = {}
     for stored in wanted:
-        info = rows.parts.get(stored.seq, {})
+        info = rows.parts.get(stored.seq, no_rows)
         n_parts = len(stored.event.parts) if isinstance(stored.event, Message) else 0
-        states = [info.get(i, PartState(0, None)) for i in range(n_parts)]
-        item = ViewItem(
-            stored=stored,
-            part_tokens=[s.tokens for s in states],
-            pinned=stored.seq in pinned_seqs,
-        )
+        states = [info.get(i, _NO_STATE) for i in range(n_parts)]
+        part_tokens = [s.tokens for s in states]
+        item = ViewItem(stored=stored, part_tokens=part_tokens, pinned=stored.seq in pinned_seqs)
+        if options.accepts is None and all(s.compacted_seq is None for s in states):
+            # Nothing shown in place of a part: the stored counts are the item's tokens.
+            item.tokens = MESSAGE_OVERHEAD + sum(part_tokens)
+            items.append(item)
+            continue
         tokens = MESSAGE_OVERHEAD
         refused = _refused_media(stored.event, options)
         for idx, state in enumerate(states):
@@ -551,14 +559,16 @@ def apply_event(view: View, event: Prune | Condensation, counter: TokenCounter) 
 
 
 def _unanswered_calls(items: Sequence[ViewItem]) -> list[str]:
-    answered = {p.tool_call_id for i in items for p in i.message.parts if p.type == "tool_result"}
-    return [
-        p.id
-        for i in items
-        if i.message.role == "assistant"
-        for p in i.message.parts
-        if p.type == "tool_call" and p.id not in answered
-    ]
+    answered: set[str] = set()
+    calls: list[str] = []  # in order: the assistant messages' tool calls
+    for item in items:
+        msg = item.message
+        for p in msg.parts:
+            if p.type == "tool_result":
+                answered.add(p.tool_call_id)
+            elif p.type == "tool_call" and msg.role == "assistant":
+                calls.append(p.id)
+    return [c for c in calls if c not in answered]
 
 
 def render(view: View) -> list[dict[str, Any]]:
@@ -575,10 +585,14 @@ def _render(view: View) -> list[dict[str, Any]]:
     def emit(
         msg: Message, compacted: dict[int, PartRef], kept: dict[int, int] | None = None
     ) -> list[dict[str, Any]]:
-        refused = _refused_media(msg, options)
-        if all(isinstance(p, ProviderPart) and p.provider != options.provider for p in msg.parts):
-            if msg.parts:
-                return []  # only another provider's items: nothing this model may read
+        refused = _NONE_REFUSED if options.accepts is None else _refused_media(msg, options)
+        parts = msg.parts
+        if (
+            parts
+            and isinstance(parts[0], ProviderPart)
+            and all(isinstance(p, ProviderPart) and p.provider != options.provider for p in parts)
+        ):
+            return []  # only another provider's items: nothing this model may read
         if not compacted and not refused:
             return to_openai(
                 msg, extra=options.keep_extra, null_content=null, provider=options.provider
@@ -603,17 +617,21 @@ def _render(view: View) -> list[dict[str, Any]]:
     # out (it stays in the log).
     # Queues per id: some agents reuse call ids within one history, so pairing is positional.
     results: dict[str, list[tuple[Message, dict[int, PartRef], dict[int, int]]]] = {}
-    for item in view.items:
+    carriers: set[int] = set()  # positions of the items that hold a tool result
+    for pos, item in enumerate(view.items):
         msg = item.message
         for idx, p in enumerate(msg.parts):
             if isinstance(p, ToolResultPart):
+                carriers.add(pos)
                 ref = item.compacted.get(idx)
                 # A result carried by a non-tool message renders as a plain tool message
                 # (its extra fields describe the carrier, not the result).
                 single = (
-                    msg.model_copy(update={"parts": [p]})
-                    if msg.role == "tool"
-                    else Message(role="tool", parts=[p])
+                    Message(role="tool", parts=[p])
+                    if msg.role != "tool"
+                    else msg  # renders as a copy holding only this part would
+                    if len(msg.parts) == 1
+                    else msg.model_copy(update={"parts": [p]})
                 )
                 keep = item.kept.get(idx)
                 results.setdefault(p.tool_call_id, []).append(
@@ -631,21 +649,24 @@ def _render(view: View) -> list[dict[str, Any]]:
         if summary is None
         else {"role": options.summary_role, "content": options.summary_prefix + summary}
     )
-    for item in view.items:
+    for pos, item in enumerate(view.items):
         msg = item.message
         if summary_msg is not None and not item.pinned:
             out.append(summary_msg)
             summary_msg = None
-        others = {i: p for i, p in enumerate(msg.parts) if not isinstance(p, ToolResultPart)}
-        if msg.role == "tool" or (len(others) < len(msg.parts) and msg.role != "assistant"):
-            if others:
-                rest = msg.model_copy(update={"parts": list(others.values())})
-                out.extend(emit(rest, {}))
-            continue
-        if len(others) < len(msg.parts):
-            msg = msg.model_copy(update={"parts": list(others.values())})
-        whole = len(others) == len(item.message.parts)
-        out.extend(emit(msg, item.compacted if whole else {}, item.kept if whole else {}))
+        if msg.role != "tool" and pos not in carriers:
+            out.extend(emit(msg, item.compacted, item.kept))  # every part is its own
+        else:
+            others = {i: p for i, p in enumerate(msg.parts) if not isinstance(p, ToolResultPart)}
+            if msg.role == "tool" or (len(others) < len(msg.parts) and msg.role != "assistant"):
+                if others:
+                    rest = msg.model_copy(update={"parts": list(others.values())})
+                    out.extend(emit(rest, {}))
+                continue
+            if len(others) < len(msg.parts):
+                msg = msg.model_copy(update={"parts": list(others.values())})
+            whole = len(others) == len(item.message.parts)
+            out.extend(emit(msg, item.compacted if whole else {}, item.kept if whole else {}))
         if msg.role == "assistant":
             for call in msg.tool_calls:
                 queue = results.get(call.id)

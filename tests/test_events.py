@@ -295,3 +295,33 @@ def test_canonical_json_is_the_json_dumps_text(value: Any) -> None:
     if not expected.isascii():
         expected = expected.replace("\ud800", "\\ud800")
     assert canonical_json(value) == expected
+
+
+@pytest.mark.parametrize(("kind", "raw"), _DECODE_CASES)
+@pytest.mark.parametrize(
+    "created_at",
+    [
+        "2024-05-06 07:08:09.123456",  # SQLite's naive UTC text, as the driver returns it
+        "2024-05-06 07:08:09",
+        "2024-05-06T07:08:09.5+02:00",  # not SQLite's form: parsed in Python first
+        datetime(2024, 5, 6, 9, 8, 9, 123456, tzinfo=timezone(timedelta(hours=2))),
+        datetime(2024, 5, 6, 7, 8, 9, 123456),  # naive: read as UTC, as the column type does
+    ],
+)
+def test_decode_row_equals_decoding_the_parsed_column(
+    kind: str, raw: dict[str, Any], created_at: str | datetime
+) -> None:
+    # The view's rows come straight from the driver: decode_row hands SQLite's timestamp
+    # text to the JSON validator unparsed, and must give exactly what decode_event gives
+    # for the aware UTC datetime the column type reads.
+    from eventstore.codec import _decode_event_loads, decode_row
+
+    parsed = datetime.fromisoformat(created_at) if isinstance(created_at, str) else created_at
+    utc = parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
+    payload = encode_event(EVENT_ADAPTER.validate_python(raw))
+    got = decode_row(kind, payload, "i", created_at)
+    reference = _decode_event_loads(kind, payload, "i", utc)
+    assert got == reference and type(got) is type(reference)
+    assert got.created_at == utc and got.created_at.tzinfo is UTC
+    assert got.model_fields_set == reference.model_fields_set
+    assert encode_event(got) == payload

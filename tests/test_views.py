@@ -18,6 +18,7 @@ from eventstore import (
     InvalidEventError,
     LLMCall,
     Message,
+    NotFoundError,
     PartRef,
     Prune,
     ReasoningPart,
@@ -597,6 +598,12 @@ def _busy_lineage(store: EventStore) -> list[str]:
     store.append(grand, [Condensation(forgotten_from=3, forgotten_to=10, pinned=[2, 13])])
     store.append(grand, [Message.tool("c9", "orphan")])
     store.append(grand, [Prune(targets=[PartRef(seq=15, index=0), PartRef(seq=17, index=0)])])
+    # After the fork point, so only the root's views see it: a pinned and a tail result
+    # truncated instead of hidden.
+    store.append(sid, [call("c4"), Message.tool("c4", "out4 " * 40)])
+    head = store.head(sid)
+    targets = [PartRef(seq=8, index=0), PartRef(seq=head, index=0)]
+    store.append(sid, [Prune(targets=targets, keep_chars=64)])
     return [sid, fork, grand]
 
 
@@ -613,6 +620,77 @@ def test_the_one_query_reads_what_the_statements_read(store: EventStore) -> None
                 one = _in_one_query(conn, store.tenant, sid, segments, seq, True)
                 assert one is not None
                 assert one == _by_statements(conn, store.tenant, sid, segments, seq, expand=True)
+
+
+def test_the_statement_alone_reads_what_the_lineage_read_does(store: EventStore) -> None:
+    # Outside a transaction, one statement that also reads the session row and the
+    # truncating prunes gives the rows the lineage-aware read gives, at every seq and at
+    # the head; a fork is left to that read (and remembered, so it is not asked again).
+    from eventstore._view_rows import view_rows, view_rows_at_once
+
+    root, fork, grand = _busy_lineage(store)
+    forks: set[str] = set()
+    with store.engine.connect() as conn:
+        head = store.head(root)
+        for as_of in [*range(1, head + 1), None]:
+            alone = view_rows_at_once(conn, store.tenant, root, as_of, expand=True, forks=forks)
+            assert alone is not None
+            assert alone == view_rows(conn, store.tenant, root, as_of, expand=True)
+        assert alone.truncations == {head: 64} and alone.seq == head
+        for sid in (fork, grand):
+            assert view_rows_at_once(conn, store.tenant, sid, None, forks=forks) is None
+        assert forks == {fork, grand}
+        for bad in (0, -1):
+            assert view_rows_at_once(conn, store.tenant, root, bad, forks=forks) is None
+        with pytest.raises(InvalidEventError, match=f"outside 0..{head}"):
+            view_rows_at_once(conn, store.tenant, root, head + 1, forks=forks)
+        with pytest.raises(NotFoundError):
+            view_rows_at_once(conn, "another tenant", root, None, forks=forks)
+    assert store.view(fork).to_messages() == store.view(fork).to_messages()
+    if store.dialect == "postgresql":
+        # The statement ran in autocommit; the pooled connection is handed back as it was.
+        store.view(root)
+        with store.engine.connect() as conn:
+            assert conn.connection.driver_connection.autocommit is False  # type: ignore[union-attr]
+    store.delete_session(root)
+    with pytest.raises(NotFoundError):
+        store.view(root)
+
+
+def test_the_kept_postgres_plan_reads_the_tail_not_the_session(store: EventStore) -> None:
+    # Postgres keeps one plan for the prepared view statement, made without the values. It
+    # must still probe the pins, the tail and the truncating prunes, never scan the
+    # session: count the rows every scan of events and parts touched in that plan.
+    if store.dialect != "postgresql":
+        pytest.skip("plans made without the values are a Postgres matter")
+    from eventstore._view_rows import _BOUND, _SESSION, _TENANT, _alone_statement
+
+    sid = store.create_session().id
+    batch: list[Any] = [Message.system("sys"), Message.user("task")]
+    for i in range(1, 400):
+        call = ToolCallPart(id=f"c{i}", name="ls")
+        batch += [Message.user(f"step {i}"), Message.assistant("ok", [call])]
+        batch += [Message.tool(f"c{i}", "out " * 50)]
+    store.append(sid, batch)
+    head = store.head(sid)
+    store.append(sid, [Condensation(forgotten_from=3, forgotten_to=head - 30, pinned=[1, 2])])
+    store.append(sid, [Prune(targets=[PartRef(seq=head - 3, index=0)], keep_chars=64)])
+    sql, template = _alone_statement(True, "%s")
+    values = {_SESSION: sid, _TENANT: store.tenant, _BOUND: store.head(sid)}
+    with store.engine.connect() as conn:
+        cur = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
+        cur.execute("SET plan_cache_mode = force_generic_plan")
+        cur.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql, [values.get(p, p) for p in template])
+        plan = cur.fetchone()[0][0]["Plan"]
+        conn.rollback()
+
+    def touched(node: dict[str, Any]) -> int:
+        own = 0
+        if node.get("Relation Name") in ("events", "parts"):
+            own = node["Actual Rows"] + node.get("Rows Removed by Filter", 0)
+        return own + sum(touched(child) for child in node.get("Plans", ()))
+
+    assert touched(plan) < 200  # the tail's ~30 events and their parts, 2 pins, 1 prune
 
 
 def test_a_condensation_the_query_misreads_is_read_statement_by_statement(
@@ -635,9 +713,13 @@ def test_a_condensation_the_query_misreads_is_read_statement_by_statement(
         with monkeypatch.context() as m:
             for name, expr in wrong.items():
                 m.setattr(_view_rows, name, expr)
+            _view_rows._alone_statement.cache_clear()  # built again with the wrong reading
             with store.engine.connect() as conn:
                 segments, head = lineage_and_head(conn, store.tenant, sid)
                 assert (
                     _view_rows._in_one_query(conn, store.tenant, sid, segments, head, False) is None
                 )
+                alone = _view_rows.view_rows_at_once(conn, store.tenant, sid, None, forks=set())
+                assert alone is None
             assert store.view(sid).to_messages() == before
+        _view_rows._alone_statement.cache_clear()
