@@ -35,6 +35,9 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError
+
 from ._bulk import (
     _EVENT_COLS,
     _PART_COLS,
@@ -293,17 +296,40 @@ def try_fast(
             applied = _pg_append(store, args)
         else:
             applied = _sqlite_append(store, args)
+    except _LostConnection:
+        # The statement may have committed before the connection went: the ordinary path
+        # must not write the events a second time. The hash chain says whether it did.
+        store._heads.drop(session_id)
+        if not landed(store, session_id, seq, new_hash):
+            return None  # it did not: the ordinary path writes it
     except Exception as exc:
         store._heads.drop(session_id)
         busy = busy_error(exc, store._timeouts)
         if busy is not None:
             raise busy from None  # nothing was written; waiting again would not help
         return None  # the ordinary path repeats the append and maps any error
-    if not applied:
-        store._heads.drop(session_id)
-        return None
-    store._heads.put(session_id, seq, new_hash)
+    else:
+        if not applied:
+            store._heads.drop(session_id)
+            return None
+        store._heads.put(session_id, seq, new_hash)
     return AppendResult(seqs=list(range(head + 1, seq + 1)), head_seq=seq, head_hash=new_hash)
+
+
+class _LostConnection(Exception):
+    """The connection died during a Postgres fast append: whether it committed is unknown."""
+
+
+def landed(store: Any, session_id: str, seq: int, event_hash: str | None) -> bool:
+    """Whether the event stored at ``seq`` of the session has ``event_hash`` (then an
+    append whose outcome was lost with its connection was written: the hash chains over
+    the events' ids and content, so no other append has that hash)."""
+    with store._tx() as conn:
+        stored = conn.execute(
+            text("SELECT hash FROM events WHERE session_id = :s AND seq = :q"),
+            {"s": session_id, "q": seq},
+        ).scalar()
+    return stored is not None and stored == event_hash
 
 
 def _sqlite_append(store: Any, args: tuple[Any, ...]) -> bool:
@@ -330,9 +356,14 @@ def _sqlite_append(store: Any, args: tuple[Any, ...]) -> bool:
 def _pg_append(store: Any, args: tuple[Any, ...]) -> bool:
     if store._lock_local:
         # A caller's engine has no lock_timeout of ours: a transaction sets it locally.
-        with store._tx(write=True) as conn:
-            with conn.connection.driver_connection.cursor() as cur:
-                return _pg_write(cur, *args)
+        try:
+            with store._tx(write=True) as conn:
+                with conn.connection.driver_connection.cursor() as cur:
+                    return _pg_write(cur, *args)
+        except DBAPIError as exc:
+            if exc.connection_invalidated:
+                raise _LostConnection from exc
+            raise
     pooled, kept = _take(store)
     broken = False
     try:
@@ -353,6 +384,8 @@ def _pg_append(store: Any, args: tuple[Any, ...]) -> bool:
             store._replica.note_driver_write(db)
     except Exception as exc:
         broken = _discard_if_broken(store, pooled, exc)
+        if broken:
+            raise _LostConnection from exc
         raise
     finally:
         _give(store, pooled, kept, broken)

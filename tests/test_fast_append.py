@@ -252,3 +252,38 @@ def test_a_bulk_batch_refused_halfway_writes_nothing(store: EventStore) -> None:
         )
     assert store.append(sid, batch[:30]) == list(range(4, 34))
     assert store.verify(sid).ok
+
+
+def test_a_connection_lost_under_a_fast_append_neither_loses_nor_doubles_it(
+    db_url: str,
+) -> None:
+    """The server drops the kept connection (a restart, a failover): the next append is
+    written exactly once, and an append whose outcome was lost with its connection is
+    recognised by its hash instead of being written again."""
+    from eventstore._fast import landed
+
+    if db_url.startswith("sqlite"):
+        pytest.skip("Postgres only: a server that drops connections")
+    tenant = f"t-{uuid.uuid4().hex}"
+    admin = create_engine(db_url)
+    with EventStore(db_url, tenant=tenant, upgrade=True) as store:
+        sid = store.create_session().id
+        store.append(sid, [Message.user("one")])
+        store.append(sid, [Message.user("two")])  # the fast path, on the kept connection
+        with admin.connect() as conn:
+            killed = conn.execute(
+                text(
+                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND pid <> pg_backend_pid() "
+                    "AND backend_type = 'client backend'"
+                )
+            ).scalar()
+        assert killed
+        assert store.append(sid, [Message.user("three")]) == [3]
+        texts = [e.event.text for e in store.read(sid)]  # type: ignore[union-attr]
+        assert texts == ["one", "two", "three"]
+        assert store.verify(sid).ok
+        head_hash = list(store.read(sid))[-1].hash
+        assert landed(store, sid, 3, head_hash)
+        assert not landed(store, sid, 3, "0" * 64) and not landed(store, sid, 4, head_hash)
+    admin.dispose()
