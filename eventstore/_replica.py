@@ -212,14 +212,30 @@ class ReplicaMethods:
         store's writes."""
         if self._replica is None:
             self._open_schema()
+            dbapi_error = self.engine.dialect.loaded_dbapi.Error
             try:
                 with self.engine.connect() as conn:
-                    out = alone(conn, *args, **kw)
+                    try:
+                        out = alone(conn, *args, **kw)
+                    except dbapi_error as exc:  # raised by the driver's own cursor
+                        if not self._dropped(conn, exc):
+                            wrapped = DBAPIError.instance(None, None, exc, dbapi_error)
+                            assert isinstance(wrapped, DBAPIError)
+                            raise map_db_error(wrapped, self._timeouts) from None
+                        # The server dropped the connection (a restart, a failover): it
+                        # leaves the pool, and the read is made again on a fresh one.
+                        conn.invalidate(exc)
+                        out = None
             except DBAPIError as exc:
                 raise map_db_error(exc, self._timeouts) from None
             if out is not None:
                 return out
         return self._read_run(fn, *args, **kw)
+
+    def _dropped(self, conn: Any, exc: Any) -> bool:
+        """Whether ``exc`` says the server closed the connection."""
+        dbapi_conn = conn.connection.dbapi_connection
+        return bool(self.engine.dialect.is_disconnect(exc, dbapi_conn, None))
 
     def _read_run(self, fn: Callable[..., T], *args: Any, **kw: Any) -> T:
         """``_run`` for a read that may go to the replica."""

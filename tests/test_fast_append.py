@@ -287,3 +287,28 @@ def test_a_connection_lost_under_a_fast_append_neither_loses_nor_doubles_it(
         assert landed(store, sid, 3, head_hash)
         assert not landed(store, sid, 3, "0" * 64) and not landed(store, sid, 4, head_hash)
     admin.dispose()
+
+
+def test_a_view_after_the_server_dropped_its_connection_reads_again(db_url: str) -> None:
+    """The view's one statement runs on the driver's own cursor: a connection the server
+    dropped is taken out of the pool and the view read again, not raised as a raw driver
+    error (nor left in the pool for the next read)."""
+    if db_url.startswith("sqlite"):
+        pytest.skip("Postgres only: a server that drops connections")
+    tenant = f"t-{uuid.uuid4().hex}"
+    admin = create_engine(db_url)
+    with EventStore(db_url, tenant=tenant, upgrade=True) as store:
+        sid = store.create_session().id
+        store.append(sid, [Message.system("rules"), Message.user("task")])
+        before = store.view(sid).to_messages()
+        with admin.connect() as conn:
+            conn.execute(
+                text(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND pid <> pg_backend_pid() "
+                    "AND backend_type = 'client backend'"
+                )
+            )
+        assert store.view(sid).to_messages() == before
+        assert store.view(sid).to_messages() == before
+    admin.dispose()
