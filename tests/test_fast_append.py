@@ -254,6 +254,26 @@ def test_a_bulk_batch_refused_halfway_writes_nothing(store: EventStore) -> None:
     assert store.verify(sid).ok
 
 
+def _named(name: str) -> dict[str, Any]:
+    """Engine options that name the store's Postgres connections (to drop only those)."""
+    return {"connect_args": {"application_name": name[:60]}}
+
+
+def _drop_connections(admin: Any, name: str) -> int:
+    """Have the server terminate the connections named ``name``, as a restart would."""
+    with admin.connect() as conn:
+        return int(
+            conn.execute(
+                text(
+                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                    "WHERE application_name = :n"
+                ),
+                {"n": name[:60]},
+            ).scalar()
+            or 0
+        )
+
+
 def test_a_connection_lost_under_a_fast_append_neither_loses_nor_doubles_it(
     db_url: str,
 ) -> None:
@@ -266,19 +286,11 @@ def test_a_connection_lost_under_a_fast_append_neither_loses_nor_doubles_it(
         pytest.skip("Postgres only: a server that drops connections")
     tenant = f"t-{uuid.uuid4().hex}"
     admin = create_engine(db_url)
-    with EventStore(db_url, tenant=tenant, upgrade=True) as store:
+    with EventStore(db_url, tenant=tenant, upgrade=True, **_named(tenant)) as store:
         sid = store.create_session().id
         store.append(sid, [Message.user("one")])
         store.append(sid, [Message.user("two")])  # the fast path, on the kept connection
-        with admin.connect() as conn:
-            killed = conn.execute(
-                text(
-                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-                    "WHERE datname = current_database() AND pid <> pg_backend_pid() "
-                    "AND backend_type = 'client backend'"
-                )
-            ).scalar()
-        assert killed
+        assert _drop_connections(admin, tenant)
         assert store.append(sid, [Message.user("three")]) == [3]
         texts = [e.event.text for e in store.read(sid)]  # type: ignore[union-attr]
         assert texts == ["one", "two", "three"]
@@ -297,18 +309,11 @@ def test_a_view_after_the_server_dropped_its_connection_reads_again(db_url: str)
         pytest.skip("Postgres only: a server that drops connections")
     tenant = f"t-{uuid.uuid4().hex}"
     admin = create_engine(db_url)
-    with EventStore(db_url, tenant=tenant, upgrade=True) as store:
+    with EventStore(db_url, tenant=tenant, upgrade=True, **_named(tenant)) as store:
         sid = store.create_session().id
         store.append(sid, [Message.system("rules"), Message.user("task")])
         before = store.view(sid).to_messages()
-        with admin.connect() as conn:
-            conn.execute(
-                text(
-                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                    "WHERE datname = current_database() AND pid <> pg_backend_pid() "
-                    "AND backend_type = 'client backend'"
-                )
-            )
+        assert _drop_connections(admin, tenant)
         assert store.view(sid).to_messages() == before
         assert store.view(sid).to_messages() == before
     admin.dispose()
