@@ -118,8 +118,8 @@ def distribute_citus(engine: Engine) -> list[str]:
         }
         statements = [
             "CREATE EXTENSION IF NOT EXISTS citus",
-            # The append-only guards and the feed trigger touch only co-located rows of one
-            # session, the case Citus runs safely on each shard.
+            # The append-only guards touch only co-located rows of one session, the case
+            # Citus runs safely on each shard.
             "SET LOCAL citus.enable_unsafe_triggers = on",
         ]
         first = SESSION_TABLES[0][0]
