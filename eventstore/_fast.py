@@ -35,9 +35,9 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 
+from . import _sql
 from ._bulk import (
     _EVENT_COLS,
     _PART_COLS,
@@ -324,12 +324,8 @@ def landed(store: Any, session_id: str, seq: int, event_hash: str | None) -> boo
     """Whether the event stored at ``seq`` of the session has ``event_hash`` (then an
     append whose outcome was lost with its connection was written: the hash chains over
     the events' ids and content, so no other append has that hash)."""
-    with store._tx() as conn:
-        stored = conn.execute(
-            text("SELECT hash FROM events WHERE session_id = :s AND seq = :q"),
-            {"s": session_id, "q": seq},
-        ).scalar()
-    return stored is not None and stored == event_hash
+    stored = store._run(_sql.read_event, store.tenant, session_id, seq)
+    return stored is not None and stored.hash == event_hash
 
 
 def _sqlite_append(store: Any, args: tuple[Any, ...]) -> bool:
