@@ -423,7 +423,11 @@ class ResultTruncator:
         if not targets:
             return None
         proposal = _prune_proposal(self.name, self.settings(), view, targets, freed, ctx, started)
-        proposal.event.keep_chars = keep  # type: ignore[union-attr]
+        evt = proposal.event
+        assert isinstance(evt, Prune)
+        evt.keep_chars = keep
+        if ctx.intake:
+            evt.trigger = "intake"  # the log says it capped unseen results, not a threshold
         return proposal
 
 

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from condensers import CondensationPolicy, Pipeline, PlanContext, ResultTruncator
 from condensers.base import apply
-from eventstore import EventStore, Message, PartRef, Prune, ToolCallPart
+from eventstore import ConfigurationError, EventStore, Message, PartRef, Prune, ToolCallPart
 from eventstore.budget import Budget
 from eventstore.views import apply_event, truncated_text
 
@@ -117,6 +119,8 @@ def test_an_unseen_result_is_capped_on_a_check_under_the_threshold(store: EventS
     ref = PartRef(seq=newest.seq, index=0)
     assert f'recall(ref="{ref.seq}:0")' in shown
     assert store.original(sid, ref).output == log  # reversible
+    (cap,) = [e.event for e in store.read(sid, kinds=["prune"]) if isinstance(e.event, Prune)]
+    assert cap.trigger == "intake"
     assert store.verify(sid).ok
 
 
@@ -127,9 +131,7 @@ def test_results_already_sent_are_not_capped_on_intake(store: EventStore) -> Non
     store.append(sid, [Message.system("You fix bugs."), Message.user("Fix parser.py.")])
     log = "".join(f"{i:4d} test_{i} PASSED\n" for i in range(700))  # over a quarter
     uncapped = ResultTruncator(fresh_fraction=None)
-    policy = CondensationPolicy(
-        BUDGET, registry_pipeline([uncapped]), token_counter=store.token_counter
-    )
+    policy = CondensationPolicy(BUDGET, Pipeline([uncapped]), token_counter=store.token_counter)
     _observe(store, sid, 0, log)
     assert store.view(sid).items[-1].tokens > BUDGET.available // 4
     assert not policy.maybe_condense(store, sid).condensed  # no cap configured
@@ -141,16 +143,8 @@ def test_results_already_sent_are_not_capped_on_intake(store: EventStore) -> Non
 
 
 def test_fresh_cap_settings_are_checked() -> None:
-    import pytest
-
-    from eventstore import ConfigurationError
-
     with pytest.raises(ConfigurationError, match="fresh_fraction"):
         ResultTruncator(fresh_fraction=0.0)
     with pytest.raises(ConfigurationError, match="fresh_min_tokens"):
         ResultTruncator(fresh_min_tokens=2)
     assert ResultTruncator().settings()["fresh_fraction"] == 0.25
-
-
-def registry_pipeline(steps: list[ResultTruncator]) -> Pipeline:
-    return Pipeline(list(steps))
