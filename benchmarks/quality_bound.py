@@ -24,13 +24,14 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from eventstore.budget import Budget
+from eventstore.events import Message
 
 from .probes import tokens
 from .quality import BUDGETS, Trajectory, _render, default_corpus, load_corpus
 
 
-def _size(msg: object) -> int:
-    return tokens(_render(msg))  # type: ignore[arg-type]
+def _size(msg: Message) -> int:
+    return tokens(_render(msg))
 
 
 def bound(

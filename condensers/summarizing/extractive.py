@@ -98,12 +98,16 @@ def _paths_in_value(value: Any, key: str | None = None) -> Iterable[str]:
                     yield m.group(0)
 
 
-def _paths_in_call(call: ToolCallPart) -> list[str]:
+def _arguments(call: ToolCallPart) -> Any:
+    """The call's decoded arguments, or their text when it is not JSON."""
     try:
-        parsed = json.loads(call.arguments) if call.arguments else {}
+        return json.loads(call.arguments) if call.arguments else {}
     except ValueError:
-        parsed = call.arguments
-    return list(dict.fromkeys(_paths_in_value(parsed)))
+        return call.arguments
+
+
+def _paths_in_call(call: ToolCallPart) -> list[str]:
+    return list(dict.fromkeys(_paths_in_value(_arguments(call))))
 
 
 def _error_lines(text: str, limit: int = 3) -> list[str]:
@@ -160,11 +164,7 @@ def _call_brief(call: ToolCallPart, text: str) -> str:
     """A call as the summary shows it: ``name(arguments)``, or ``name(...)`` when every
     argument value is already in the message text quoted beside it (a text-mode agent
     writes its command out, and the importer made it a call)."""
-    try:
-        args = json.loads(call.arguments) if call.arguments else {}
-    except ValueError:
-        args = call.arguments
-    values = [v.strip() for v in _strings(args) if v.strip()]
+    values = [v.strip() for v in _strings(_arguments(call)) if v.strip()]
     norm = " ".join(text.split())
     if values and all(" ".join(v.split()) in norm for v in values):
         return f"{call.name}(...)"
