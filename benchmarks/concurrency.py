@@ -69,8 +69,7 @@ def _store_writer(url: str, session_id: str, seconds: float, start: float) -> in
 
 
 def _store_loop(store: Any, session_id: str, seconds: float, start: float) -> int:
-    _wait(start)
-    deadline = start + seconds
+    deadline = _wait(start) + seconds
     n = 0
     while time.time() < deadline:
         n += 1
@@ -82,8 +81,7 @@ def _raw_writer(url: str, session_id: str, seconds: float, start: float) -> int:
     conn = _raw_connection(url)
     sql = _raw_insert_sql(url)  # once, as the store prepares its statements once
     try:
-        _wait(start)
-        deadline = start + seconds
+        deadline = _wait(start) + seconds
         n = 0
         while time.time() < deadline:
             n += 1
@@ -114,10 +112,14 @@ def _raw_insert_sql(url: str) -> str:
     return f"INSERT INTO bench_raw VALUES ({p}, {p}, {p})"
 
 
-def _wait(start: float) -> None:
+def _wait(start: float) -> float:
+    """Sleep until ``start``; returns when the writer really starts. A writer that was not
+    ready in time (a process slow to spawn on a loaded machine) starts late but still
+    writes for the whole measured time, instead of finding its deadline already passed."""
     delay = start - time.time()
     if delay > 0:
         time.sleep(delay)
+    return max(start, time.time())
 
 
 def _run(
@@ -216,9 +218,9 @@ def measure(
                 "raw_inserts_per_s": round(raw_rate, 1),
                 "ratio": round(store_rate / raw_rate, 3) if raw_rate else None,
             }
+            ratio = "n/a" if row["ratio"] is None else f"{row['ratio']:.0%}"
             log(
-                f"{backend} {kind} x{n}: store {store_rate:,.0f}/s, raw {raw_rate:,.0f}/s "
-                f"({row['ratio']:.0%})"
+                f"{backend} {kind} x{n}: store {store_rate:,.0f}/s, raw {raw_rate:,.0f}/s ({ratio})"
             )
             rows.append(row)
     return rows
