@@ -25,12 +25,24 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
-from pydantic import BaseModel, ConfigDict, model_validator
-
+from ._options import (
+    _NONE_REFUSED,
+    DEFAULT_INTERRUPTED,
+    DEFAULT_PLACEHOLDER,
+    DEFAULT_SUMMARY_PREFIX,
+    RECALL_PLACEHOLDER,
+    RECALL_SUMMARY_PREFIX,
+    RENDER_VERSION,
+    ViewOptions,
+    _refused_media,
+    _shown,
+    media_stand_in,
+    placeholder_text,
+    truncated_text,
+)
 from .codec import canonical_json, copy_json
 from .events import (
     Condensation,
-    FilePart,
     LLMCall,
     Message,
     Part,
@@ -40,9 +52,8 @@ from .events import (
     ToolResultPart,
     Usage,
 )
-from .media import is_accepted
 from .records import StoredEvent
-from .tokens import MESSAGE_OVERHEAD, TokenCounter, part_text
+from .tokens import MESSAGE_OVERHEAD, TokenCounter
 
 __all__ = [
     "View",
@@ -54,6 +65,8 @@ __all__ = [
     "apply_event",
     "render",
     "placeholder_text",
+    "truncated_text",
+    "media_stand_in",
     "fingerprint",
     "llm_call_events",
     "calibrate",
@@ -63,103 +76,10 @@ __all__ = [
     "DEFAULT_SUMMARY_PREFIX",
     "RECALL_PLACEHOLDER",
     "RECALL_SUMMARY_PREFIX",
+    "RENDER_VERSION",
     "TASK_MARK",
     "is_marked_task",
 ]
-
-DEFAULT_PLACEHOLDER = "[Old tool result content cleared]"
-DEFAULT_INTERRUPTED = "[Tool call interrupted: no result was recorded]"
-DEFAULT_SUMMARY_PREFIX = "Summary of the earlier conversation (older events were condensed):\n\n"
-RECALL_PLACEHOLDER = '[Old tool result content cleared; recall(ref="{seq}:{index}") returns it]'
-"""The placeholder from render version 3 on: it names the reference the ``recall`` tool
-takes (:mod:`eventstore.tools`)."""
-RECALL_SUMMARY_PREFIX = (
-    "Summary of the earlier conversation (older events were condensed; "
-    "search_history(query) finds them and recall(ref) returns one in full):\n\n"
-)
-"""The summary prefix from render version 3 on: it says how to get the condensed events
-back."""
-RENDER_VERSION = 3
-"""The current rendering (see :attr:`ViewOptions.render_version`)."""
-
-
-class ViewOptions(BaseModel):
-    """How a view is assembled and rendered. Recorded with each ``llm_call`` so the exact
-    messages can be rebuilt later."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    placeholder: str = RECALL_PLACEHOLDER
-    """Text shown instead of a compacted tool result. ``{seq}`` and ``{index}`` are filled
-    with the original's reference; any other brace is literal text."""
-    interrupted: str = DEFAULT_INTERRUPTED
-    """Text of the synthetic result rendered for a call that never got one."""
-    summary_role: str = "user"
-    """Role of the message that carries the condensation summary."""
-    summary_prefix: str = RECALL_SUMMARY_PREFIX
-    """Text placed before the summary."""
-    pin_system: bool = True
-    """Keep the first system message verbatim (used when nothing was condensed yet)."""
-    pin_first_user: bool = True
-    """Keep the user messages before the first assistant message verbatim (the task and
-    anything shown before it; used when nothing was condensed yet)."""
-    render_version: int = RENDER_VERSION
-    """How messages are rendered. 3: the default placeholder and summary prefix name how to
-    get the original back (:data:`RECALL_PLACEHOLDER`, :data:`RECALL_SUMMARY_PREFIX`);
-    2: a message that only calls tools goes out with ``content: null``, as providers send
-    it; 1: with ``""`` (the first release). Recorded with every ``llm_call``; a call
-    recorded before the field existed rebuilds with 1 (see :meth:`recorded`)."""
-    accepts: tuple[str, ...] | None = None
-    """Media types the model takes (``image/*``, ``application/pdf``, ``audio/*``); any
-    other attachment of those kinds goes out as a one-line text stand-in instead of being
-    dropped or rejected. ``None`` sends every attachment. :meth:`for_model` fills it from
-    litellm's model map."""
-    provider: str | None = None
-    """Whose opaque items (:class:`~eventstore.events.ProviderPart`) go out, as content
-    blocks exactly as stored: the provider the view is sent to. Every other provider's
-    items are left out, and so is a message holding nothing else. :meth:`for_model` fills
-    it from litellm's model map."""
-    keep_extra: bool = False
-
-    """Also send message fields that have no typed slot (``Message.extra``, kept so imports
-    round-trip exactly). Off by default: providers may reject keys such as a trajectory's
-    private ``thought`` or ``agent`` fields. Never applied to a message with a compacted
-    part: its extra fields may hold the original content."""
-
-    @model_validator(mode="before")
-    @classmethod
-    def _version_defaults(cls, data: Any) -> Any:
-        # Version 3 changed two defaults. An ``llm_call`` records only options that differ
-        # from the defaults, so a call recorded under an earlier version rebuilds with the
-        # defaults of its own version.
-        if isinstance(data, dict) and data.get("render_version", RENDER_VERSION) < 3:
-            data = {
-                "placeholder": DEFAULT_PLACEHOLDER,
-                "summary_prefix": DEFAULT_SUMMARY_PREFIX,
-                **data,
-            }
-        return data
-
-    @classmethod
-    def for_model(cls, model: str, **options: Any) -> ViewOptions:
-        """Options for ``model``: :attr:`accepts` from its ``supports_vision`` /
-        ``supports_pdf_input`` / ``supports_audio_input`` flags in litellm's model map
-        (unknown models: everything is sent), and :attr:`provider` from the same map (or
-        the ``provider/`` prefix of the name)."""
-        from .media import accepted_types
-        from .models import ModelInfo
-
-        found = ModelInfo.find(model)
-        provider = found.provider if found is not None else None
-        if provider is None and "/" in model:
-            provider = model.split("/", 1)[0]  # litellm routes "provider/model" by its prefix
-        return cls(**{"accepts": accepted_types(model), "provider": provider, **options})
-
-    @classmethod
-    def recorded(cls, render_options: dict[str, Any]) -> ViewOptions:
-        """The options an ``llm_call`` recorded (``render_options``), as they were when the
-        call was made: a call that names no ``render_version`` predates it (version 1)."""
-        return cls(**{"render_version": 1, **render_options})
 
 
 class PartState(NamedTuple):
@@ -169,6 +89,10 @@ class PartState(NamedTuple):
     """Stored token count."""
     compacted_seq: int | None
     """Seq of the prune that compacted it, if that prune is visible at the view's seq."""
+
+
+#: A part the ``parts`` table has no row for.
+_NO_STATE = PartState(0, None)
 
 
 @dataclass(slots=True)
@@ -195,6 +119,39 @@ class ViewRows:
     truncations: dict[int, int] = field(default_factory=dict)
     """``keep_chars`` of the truncating prunes that compacted parts of these rows, by the
     prune's seq."""
+    placeholders: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
+    """The prunes without ``keep_chars`` in the tail's range, by seq, with their targets as
+    (seq, index): a part a truncation compacted shows the placeholder from the first of
+    them that targets it (see :func:`superseding`)."""
+
+
+def superseding(rows: ViewRows) -> dict[tuple[int, int], int]:
+    """The parts whose truncation a later placeholder prune replaced, with that prune's seq.
+
+    A part's ``parts`` row is stamped once, by the first prune that compacts it. When that
+    prune only truncated the part (``keep_chars``), a later prune without ``keep_chars``
+    may still hide it whole: its own event says so, and the row keeps the first stamp. So
+    the view shows a truncated part as a placeholder from the first such prune on (both
+    prunes at or before the view's seq). Prunes of a part come after it, so those of the
+    tail's parts are in the tail's range, and reading them keeps the view O(tail).
+    """
+    out: dict[tuple[int, int], int] = {}
+    if not rows.truncations or not rows.placeholders:
+        return out
+    for prune_seq in sorted(rows.placeholders):
+        if prune_seq > rows.seq:
+            continue
+        for seq, idx in rows.placeholders[prune_seq]:
+            state = rows.parts.get(seq, {}).get(idx)
+            if (
+                state is not None
+                and state.compacted_seq is not None
+                and state.compacted_seq in rows.truncations
+                and state.compacted_seq < prune_seq
+                and (seq, idx) not in out
+            ):
+                out[(seq, idx)] = prune_seq
+    return out
 
 
 @dataclass(slots=True)
@@ -314,66 +271,6 @@ def fingerprint(messages: Sequence[dict[str, Any]]) -> str:
     return hashlib.sha256(canonical_json(list(messages)).encode("utf-8")).hexdigest()
 
 
-def placeholder_text(options: ViewOptions, ref: PartRef) -> str:
-    """The text shown (and counted) instead of the compacted part ``ref``."""
-    text = options.placeholder
-    if "{" in text:
-        # Plain replacement, not str.format: a template may contain other braces.
-        text = text.replace("{seq}", str(ref.seq)).replace("{index}", str(ref.index))
-    return text
-
-
-def truncated_text(ref: PartRef, text: str, keep: int) -> str:
-    """The text shown for part ``ref`` truncated by a prune with ``keep_chars=keep``: its
-    first two thirds and last third of ``keep`` characters around a line that says how
-    much was left out and how to get it back."""
-    if len(text) <= keep:
-        return text
-    head = keep * 2 // 3
-    tail = keep - head
-    mark = (
-        f"[... {len(text) - keep:,} of {len(text):,} characters omitted; "
-        f'recall(ref="{ref.seq}:{ref.index}") returns the whole output ...]'
-    )
-    return f"{text[:head]}\n{mark}\n{text[len(text) - tail :]}"
-
-
-def _shown(options: ViewOptions, ref: PartRef, part: Any, keep: int | None) -> str:
-    """What a compacted part renders as: its truncation, or the placeholder."""
-    if keep is not None:
-        return truncated_text(ref, part_text(part), keep)
-    return placeholder_text(options, ref)
-
-
-_NONE_REFUSED: frozenset[int] = frozenset()
-#: A part the ``parts`` table has no row for.
-_NO_STATE = PartState(0, None)
-
-
-def _refused_media(evt: Any, options: ViewOptions) -> frozenset[int] | set[int]:
-    """Indexes of the message's attachments the model does not accept (``options.accepts``)."""
-    if options.accepts is None or not isinstance(evt, Message):
-        return _NONE_REFUSED
-    return {
-        i
-        for i, p in enumerate(evt.parts)
-        if isinstance(p, FilePart) and not is_accepted(p.media_type, options.accepts)
-    }
-
-
-def media_stand_in(part: Any) -> str:
-    """The text sent instead of an attachment the model does not accept."""
-    what = part.name or part.media_type
-    size = len(part.data) if part.data is not None else None
-    bytes_ = f", {size:,} bytes" if size is not None else ""
-    return (
-        f"[attachment {what} ({part.media_type}{bytes_}) not shown: the model does not accept it]"
-    )
-
-
-# --------------------------------------------------------------------------- assembling
-
-
 class _Counts:
     """Token counts of synthetic texts, computed once per view."""
 
@@ -402,10 +299,16 @@ def assemble(rows: ViewRows, options: ViewOptions | None, counter: TokenCounter)
     items: list[ViewItem] = []
     prunes: set[int] = set()
     no_rows: dict[int, PartState] = {}
+    replaced = superseding(rows)
     for stored in wanted:
         info = rows.parts.get(stored.seq, no_rows)
         n_parts = len(stored.event.parts) if isinstance(stored.event, Message) else 0
         states = [info.get(i, _NO_STATE) for i in range(n_parts)]
+        if replaced:
+            states = [
+                PartState(st.tokens, replaced.get((stored.seq, i), st.compacted_seq))
+                for i, st in enumerate(states)
+            ]
         part_tokens = [s.tokens for s in states]
         item = ViewItem(stored=stored, part_tokens=part_tokens, pinned=stored.seq in pinned_seqs)
         if options.accepts is None and all(s.compacted_seq is None for s in states):
@@ -502,8 +405,13 @@ def apply_event(view: View, event: Prune | Condensation, counter: TokenCounter) 
         targets = {(r.seq, r.index) for r in event.targets}
         items = []
         prunes = set(view.prunes)
+        whole = event.keep_chars is None  # a placeholder also replaces a truncation
         for item in view.items:
-            hit = [i for s, i in targets if s == item.seq and i not in item.compacted]
+            hit = [
+                i
+                for s, i in targets
+                if s == item.seq and (i not in item.compacted or (whole and i in item.kept))
+            ]
             hit = [i for i in hit if 0 <= i < len(item.part_tokens)]
             if not hit:
                 items.append(item)
@@ -516,12 +424,18 @@ def apply_event(view: View, event: Prune | Condensation, counter: TokenCounter) 
             )
             for idx in hit:
                 ref = PartRef(seq=item.seq, index=idx)
+                part = item.message.parts[idx]
+                before = (
+                    counts(_shown(options, ref, part, item.kept[idx]))
+                    if idx in item.kept
+                    else item.part_tokens[idx]
+                )
                 new.compacted[idx] = ref
                 new.compacted_by[idx] = seq
+                new.kept.pop(idx, None)
                 if event.keep_chars is not None:
                     new.kept[idx] = event.keep_chars
-                text = _shown(options, ref, item.message.parts[idx], event.keep_chars)
-                new.tokens += counts(text) - item.part_tokens[idx]
+                new.tokens += counts(_shown(options, ref, part, event.keep_chars)) - before
             prunes.add(seq)
             items.append(new)
         return replace(view, seq=seq, items=items, prunes=sorted(prunes), _messages=None)
@@ -555,20 +469,29 @@ def apply_event(view: View, event: Prune | Condensation, counter: TokenCounter) 
     return new_view
 
 
-# --------------------------------------------------------------------------- rendering
-
-
 def _unanswered_calls(items: Sequence[ViewItem]) -> list[str]:
-    answered: set[str] = set()
-    calls: list[str] = []  # in order: the assistant messages' tool calls
+    """Calls the rendering gives an interrupted result: the k-th call with an id takes
+    the k-th result with that id (ids may be reused within one history)."""
+    results: dict[str, int] = {}
     for item in items:
-        msg = item.message
-        for p in msg.parts:
+        for p in item.message.parts:
             if p.type == "tool_result":
-                answered.add(p.tool_call_id)
-            elif p.type == "tool_call" and msg.role == "assistant":
-                calls.append(p.id)
-    return [c for c in calls if c not in answered]
+                results[p.tool_call_id] = results.get(p.tool_call_id, 0) + 1
+    out: list[str] = []
+    for item in items:
+        if item.message.role != "assistant":
+            continue
+        for p in item.message.parts:
+            if p.type == "tool_call":
+                left = results.get(p.id, 0)
+                if left:
+                    results[p.id] = left - 1
+                else:
+                    out.append(p.id)
+    return out
+
+
+# --------------------------------------------------------------------------- rendering
 
 
 def render(view: View) -> list[dict[str, Any]]:
