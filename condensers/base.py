@@ -135,6 +135,43 @@ async def apply_async(store: AsyncEventStore, view: View, proposal: Proposal) ->
 # --------------------------------------------------------------------------- tool pairs
 
 
+def _pairs(
+    items: Sequence[ViewItem],
+) -> tuple[list[tuple[int, int]], list[tuple[int, str]]]:
+    """Call/result pairs as positions into ``items``, and the unanswered calls (position, id).
+
+    Pairing is positional, as the view renders it: the k-th call with an id takes the k-th
+    result with that id (some agents reuse call ids within one history, so an id alone
+    does not name one call).
+    """
+    calls: dict[str, list[int]] = {}
+    results: dict[str, list[int]] = {}
+    for i, item in enumerate(items):
+        for p in item.message.parts:
+            if isinstance(p, ToolCallPart) and item.message.role == "assistant":
+                calls.setdefault(p.id, []).append(i)
+            elif isinstance(p, ToolResultPart):
+                results.setdefault(p.tool_call_id, []).append(i)
+    pairs: list[tuple[int, int]] = []
+    unanswered: list[tuple[int, str]] = []
+    for cid, at in calls.items():
+        got = results.get(cid, [])
+        pairs.extend(zip(at, got, strict=False))
+        unanswered.extend((i, cid) for i in at[len(got) :])
+    return pairs, sorted(unanswered)
+
+
+def _trailing(items: Sequence[ViewItem]) -> int | None:
+    """Position of the newest assistant message that nothing but tool output follows."""
+    for i in range(len(items) - 1, -1, -1):
+        msg = items[i].message
+        if msg.role == "user":
+            return None
+        if msg.role == "assistant" and (msg.tool_calls or msg.text):
+            return i
+    return None
+
+
 def pending_call_ids(items: Sequence[ViewItem]) -> set[str]:
     """Calls still waiting for a result: unanswered, with no user or assistant message after.
 
@@ -142,17 +179,8 @@ def pending_call_ids(items: Sequence[ViewItem]) -> set[str]:
     view renders an explicit "interrupted" result for it) and may be condensed; a trailing
     one may still be answered and must stay visible.
     """
-    answered = {p.tool_call_id for i in items for p in i.message.parts if p.type == "tool_result"}
-    pending: set[str] = set()
-    for item in reversed(items):
-        msg = item.message
-        if msg.role == "user":
-            break
-        if msg.role == "assistant":
-            pending.update(c.id for c in msg.tool_calls if c.id not in answered)
-            if msg.tool_calls or msg.text:
-                break
-    return pending
+    last = _trailing(items)
+    return {cid for i, cid in _pairs(items)[1] if i == last}
 
 
 def cut_points(items: Sequence[ViewItem]) -> list[int]:
@@ -161,26 +189,17 @@ def cut_points(items: Sequence[ViewItem]) -> list[int]:
     A cut is valid when no tool call before it has its result at or after it (and no
     result before it belongs to a call after it), and nothing before it is a pending call.
     Index 0 (forget nothing) is always valid; ``len(items)`` is valid when the whole tail
-    could go.
+    could go. Calls and results pair by position (see :func:`_pairs`).
     """
     n = len(items)
-    call_at: dict[str, int] = {}
-    result_at: dict[str, int] = {}
-    for i, item in enumerate(items):
-        for p in item.message.parts:
-            if isinstance(p, ToolCallPart):
-                call_at.setdefault(p.id, i)
-            elif isinstance(p, ToolResultPart):
-                result_at[p.tool_call_id] = max(result_at.get(p.tool_call_id, i), i)
+    pairs, unanswered = _pairs(items)
     blocked = [False] * (n + 1)
-    for cid, a in call_at.items():
-        b = result_at.get(cid)
-        if b is not None:
-            lo, hi = min(a, b), max(a, b)
-            for k in range(lo + 1, hi + 1):
-                blocked[k] = True
-    pending = pending_call_ids(items)
-    first_pending = min((call_at[c] for c in pending if c in call_at), default=None)
+    for a, b in pairs:
+        lo, hi = min(a, b), max(a, b)
+        for k in range(lo + 1, hi + 1):
+            blocked[k] = True
+    last = _trailing(items)
+    first_pending = last if any(i == last for i, _ in unanswered) else None
     out = []
     for k in range(n + 1):
         if blocked[k]:

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from eventstore.errors import ConfigurationError
 from eventstore.events import PartRef, Prune, TextPart, ToolResultPart
+from eventstore.tokens import part_text
 from eventstore.views import is_marked_task, placeholder_text, truncated_text
 
 from .base import PlanContext, Proposal
@@ -40,17 +41,33 @@ def _placeholder_tokens(view: View, ctx: PlanContext, ref: PartRef) -> int:
     return ctx.token_counter.count(placeholder_text(view.options, ref))
 
 
+def _shown_tokens(view: View, ctx: PlanContext, item: ViewItem, idx: int) -> int:
+    """Tokens part ``idx`` of ``item`` takes in the view: whole, or as its truncation."""
+    keep = item.kept.get(idx)
+    if keep is None:
+        return item.part_tokens[idx]
+    ref = PartRef(seq=item.seq, index=idx)
+    return ctx.token_counter.count(truncated_text(ref, part_text(item.message.parts[idx]), keep))
+
+
 _COMPLETED = frozenset({"completed"})
 _PRUNABLE = frozenset({"completed", "error"})
 
 
 def _candidates(
-    item: ViewItem, protected: frozenset[str], states: frozenset[str] = _COMPLETED
+    item: ViewItem,
+    protected: frozenset[str],
+    states: frozenset[str] = _COMPLETED,
+    *,
+    truncated: bool = False,
 ) -> Iterable[tuple[int, ToolResultPart]]:
-    """Tool results of ``item`` that may be compacted: in ``states``, visible, not of a
-    protected tool."""
+    """Tool results of ``item`` that may be compacted: in ``states``, visible (or, with
+    ``truncated``, shown truncated: a placeholder may replace that), not of a protected
+    tool."""
     for idx, part in enumerate(item.message.parts):
-        if not isinstance(part, ToolResultPart) or idx in item.compacted:
+        if not isinstance(part, ToolResultPart):
+            continue
+        if idx in item.compacted and not (truncated and idx in item.kept):
             continue
         if part.state not in states or (part.name and part.name in protected):
             continue
@@ -185,7 +202,7 @@ class ToolOutputPruner:
     def plan(self, view: View, budget: Budget, ctx: PlanContext) -> Proposal | None:
         started = time.perf_counter()
         protect, minimum = self.thresholds(budget)
-        kept_calls = _newest_step_calls(view, self.protect_steps)
+        kept_from = _newest_steps_start(view, self.protect_steps)
         seen = 0
         prunable = 0
         targets: list[PartRef] = []
@@ -193,19 +210,16 @@ class ToolOutputPruner:
         for item in reversed(view.items):
             if item.pinned:
                 continue
-            for idx, part in _candidates(item, frozenset(), _PRUNABLE):
+            for idx, part in _candidates(item, frozenset(), _PRUNABLE, truncated=True):
                 if self.is_protected(part.name):
                     continue
-                estimate = min(item.part_tokens[idx], self.max_part_tokens)
-                if (
-                    part.tool_call_id in kept_calls
-                    or seen < protect
-                    or item.part_tokens[idx] < self.min_output_tokens
-                ):
+                shown = _shown_tokens(view, ctx, item, idx)
+                estimate = min(shown, self.max_part_tokens)
+                if item.seq >= kept_from or seen < protect or shown < self.min_output_tokens:
                     seen += estimate
                     continue
                 ref = PartRef(seq=item.seq, index=idx)
-                gain = item.part_tokens[idx] - _placeholder_tokens(view, ctx, ref)
+                gain = shown - _placeholder_tokens(view, ctx, ref)
                 if gain > 0:
                     targets.append(ref)
                     freed += gain
@@ -216,19 +230,20 @@ class ToolOutputPruner:
         return _prune_proposal(self.name, settings, view, targets, freed, ctx, started)
 
 
-def _newest_step_calls(view: View, steps: int) -> set[str]:
-    """Call ids of the newest ``steps`` assistant messages that made tool calls."""
-    out: set[str] = set()
+def _newest_steps_start(view: View, steps: int) -> float:
+    """Seq of the oldest of the newest ``steps`` assistant messages that made tool calls:
+    results from there on belong to those steps. By position, not by call id, since some
+    agents reuse call ids within one history."""
+    start: float = math.inf
     if steps <= 0:
-        return out
+        return start
     for item in reversed(view.items):
-        calls = item.message.tool_calls if item.message.role == "assistant" else []
-        if calls:
-            out.update(c.id for c in calls)
+        if item.message.role == "assistant" and item.message.tool_calls:
+            start = item.seq
             steps -= 1
             if steps == 0:
                 break
-    return out
+    return start
 
 
 class ObservationMasker:
@@ -290,7 +305,7 @@ class ObservationMasker:
             results = [(i, p) for i, p in enumerate(parts) if isinstance(p, ToolResultPart)]
             if not results:
                 continue
-            size = sum(item.part_tokens[idx] for idx, _ in results)
+            size = sum(_shown_tokens(view, ctx, item, idx) for idx, _ in results)
             if self.window_tokens is not None:
                 inside = kept_tokens + size <= self.window_tokens
             else:
@@ -299,9 +314,9 @@ class ObservationMasker:
                 kept_events += 1
                 kept_tokens += size
                 continue
-            for idx, _part in _candidates(item, self.protected_tools):
+            for idx, _part in _candidates(item, self.protected_tools, truncated=True):
                 ref = PartRef(seq=item.seq, index=idx)
-                gain = item.part_tokens[idx] - _placeholder_tokens(view, ctx, ref)
+                gain = _shown_tokens(view, ctx, item, idx) - _placeholder_tokens(view, ctx, ref)
                 if gain > 0:
                     targets.append(ref)
                     freed += gain
@@ -325,7 +340,10 @@ class ResultTruncator:
     are also held to ``fresh_fraction`` of the *conversation room*: the available tokens
     minus the pinned head and the summary. Truncating a result before it is first sent
     costs no prompt-cache break, and one large observation no longer fills a small room by
-    itself, which would force a condensation (and a break) on the very next turn. A
+    itself, which would force a condensation (and a break) on the very next turn. The
+    default, 15%, follows from the break rate: a condensation frees the room once, and it
+    lasts as many turns as new groups (assistant message plus its results) fit in it, so
+    one break in five turns needs a group to take at most about a fifth of the room. A
     :class:`~condensers.CondensationPolicy` applies this cap on every check, even when
     nothing else needs doing.
 
@@ -350,7 +368,7 @@ class ResultTruncator:
         keep_fraction: float = 0.1,
         min_tokens: int = 500,
         protected_tools: Iterable[str] = (),
-        fresh_fraction: float | None = 0.25,
+        fresh_fraction: float | None = 0.15,
         fresh_min_tokens: int = 64,
     ) -> None:
         if not 0 < keep_fraction < max_fraction <= 1:

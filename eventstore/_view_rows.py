@@ -25,7 +25,7 @@ from __future__ import annotations
 import functools
 import json
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple, cast
 
 from sqlalchemy import select
@@ -47,7 +47,7 @@ from ._sql import (
 )
 from .codec import decode_row
 from .errors import InvalidEventError
-from .events import Condensation
+from .events import Condensation, Prune
 from .records import StoredEvent
 from .schema import events, fork_compactions, parts
 from .views import PartState, ViewRows
@@ -264,6 +264,13 @@ def _build(q: _Query, segs: list[Segment], segments: Sequence[Segment], as_of: i
             f"AND kind = 'condensation_request' AND seq >= {q.greatest(q.p(s.lo), after_cond)} "
             f"AND seq <= {q.p(s.hi)}"
         )
+    for g, s in enumerate(segs):
+        # The tail's prunes that hide parts whole: they may replace a truncation.
+        q.branches.append(
+            f"SELECT 'x', {g}, {_EV}, {ev_nulls} FROM events WHERE session_id = {q.p(s.owner)} "
+            f"AND kind = 'prune' AND seq >= {q.greatest(q.p(s.lo), tail_lo)} "
+            f"AND seq <= {q.p(s.hi)} AND payload NOT LIKE {q.literal(_KEEP_LIKE)}"
+        )
     for tag, kind, match in (("b", "custom", True), ("l", "llm_call", False)):
         for g, s in enumerate(segs):
             q.branches.append(
@@ -435,6 +442,7 @@ def _rows(
         if cur_state is not None and cur_state.compacted_seq is None:
             part_states[r[2]][r[9]] = PartState(cur_state.tokens, r[10])
 
+    placeholders = _placeholders((r[2], r[6]) for r in by.get("x", ()))
     lo = cond.seq + 1 if cond is not None else 1
     requests = decoded("r")
     customs = _read_kind(conn, segments, requests[0].seq + 1, seq, "custom") if requests else []
@@ -453,8 +461,24 @@ def _rows(
         tail=tail,
         parts=part_states,
         control=control,
-        rows_read=(0 if cond is None else 1) + len(pinned) + len(tail) + n + len(control),
+        rows_read=(0 if cond is None else 1)
+        + len(pinned)
+        + len(tail)
+        + n
+        + len(control)
+        + len(placeholders),
+        placeholders=placeholders,
     )
+
+
+def _placeholders(rows: Iterable[tuple[int, str]]) -> dict[int, list[tuple[int, int]]]:
+    """The targets of the prunes without ``keep_chars`` among (seq, payload) rows."""
+    out: dict[int, list[tuple[int, int]]] = {}
+    for seq, payload in rows:
+        p = json.loads(payload)
+        if isinstance(p, dict) and p.get("keep_chars") is None:
+            out[seq] = [(t["seq"], t["index"]) for t in p.get("targets") or ()]
+    return out
 
 
 # --------------------------------------------------------------------------- the whole view at once
@@ -593,7 +617,17 @@ def _by_statements(
         pinned, tail = both[: len(pinned)], both[len(pinned) :]
     part_states, n = _read_parts(conn, segments, ranges, seq)
     control = _read_control(conn, segments, cond.seq + 1 if cond is not None else 1, seq)
-    rows += len(pinned) + len(tail) + n + len(control)
+    prunes = [
+        e
+        for e in _read_kind(conn, segments, tail_lo, seq, "prune")
+        if isinstance(e.event, Prune) and e.event.keep_chars is None
+    ]
+    placeholders = {
+        e.seq: [(r.seq, r.index) for r in e.event.targets]
+        for e in prunes
+        if isinstance(e.event, Prune)
+    }
+    rows += len(pinned) + len(tail) + n + len(control) + len(prunes)
     return ViewRows(
         session_id=session_id,
         seq=seq,
@@ -603,6 +637,7 @@ def _by_statements(
         parts=part_states,
         control=control,
         rows_read=rows,
+        placeholders=placeholders,
     )
 
 

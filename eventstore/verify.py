@@ -213,9 +213,14 @@ class _Tracker:
             i = bisect_left(section, seq, key=lambda it: it.stored.seq)
             while i < len(section) and section[i].stored.seq == seq:
                 item = section[i]
-                if index < len(item.message.parts) and index not in item.compacted:
+                # A placeholder prune also replaces a truncation (see views.superseding).
+                replaces = (
+                    index in item.kept and by not in self.keeps and by > item.compacted_by[index]
+                )
+                if index < len(item.message.parts) and (index not in item.compacted or replaces):
                     item.compacted[index] = PartRef(seq=seq, index=index)
                     item.compacted_by[index] = by
+                    item.kept.pop(index, None)
                     if by in self.keeps:
                         item.kept[index] = self.keeps[by]
                     first = offset + i if first is None else min(first, offset + i)
@@ -501,6 +506,13 @@ class ChainCheck:
                     f"seq {seq}: prune targets seq {ref.seq} part {ref.index}, which carries "
                     "no compaction stamp from it"
                 )
+            elif eff < seq and eff in self.keeps and evt.keep_chars is None:
+                # The part was truncated; this prune hides it whole from here on.
+                stamps = self.compacted.get(ref.seq, {})
+                if stamps.get(ref.index) == eff:
+                    stamps[ref.index] = seq
+                for tracker in self.trackers.values():
+                    tracker.compact(ref.seq, ref.index, seq)
 
     def _apply_stamps(self, seq: int, evt: Any, created: datetime) -> None:
         for part_seq, idx, at in self.stamp_checks.pop(seq, []):

@@ -604,6 +604,9 @@ def _busy_lineage(store: EventStore) -> list[str]:
     head = store.head(sid)
     targets = [PartRef(seq=8, index=0), PartRef(seq=head, index=0)]
     store.append(sid, [Prune(targets=targets, keep_chars=64)])
+    # Then the tail's truncated result hidden whole (its parts row keeps the first stamp).
+    store.append(sid, [call("c5"), Message.tool("c5", "out5")])
+    store.append(sid, [Prune(targets=[PartRef(seq=head, index=0)])])
     return [sid, fork, grand]
 
 
@@ -636,7 +639,8 @@ def test_the_statement_alone_reads_what_the_lineage_read_does(store: EventStore)
             alone = view_rows_at_once(conn, store.tenant, root, as_of, expand=True, forks=forks)
             assert alone is not None
             assert alone == view_rows(conn, store.tenant, root, as_of, expand=True)
-        assert alone.truncations == {head: 64} and alone.seq == head
+        assert alone.truncations == {head - 3: 64} and alone.seq == head
+        assert alone.placeholders[head] == [(head - 4, 0)]
         for sid in (fork, grand):
             assert view_rows_at_once(conn, store.tenant, sid, None, forks=forks) is None
         assert forks == {fork, grand}
