@@ -244,6 +244,39 @@ def test_the_input_filter_sends_the_condensed_view_and_keeps_the_history(session
     assert sync.verify(sid).ok
 
 
+def test_a_truncated_tool_output_reaches_the_model_as_the_view_shows_it(session: Any) -> None:
+    # An output too large for the budget is cut to its head and tail before it is sent (a
+    # prune with keep_chars): the SDK gets that same text, not the full placeholder.
+    big = "".join(f"{i:4d} row {i}\n" for i in range(2_000))
+    history = [
+        _user("read the log"),
+        {"type": "function_call", "call_id": "c1", "name": "read", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c1", "output": big},
+    ]
+    model = ScriptedModel([[assistant_message("done")]])
+    agent = Agent(name="helper", model=model)
+    policy = CondensationPolicy(Budget(8_192, 1_024, 410))
+
+    async def go() -> list[Any]:
+        await session.add_items(history)
+        config = RunConfig(call_model_input_filter=session.model_input_filter(policy))
+        await Runner.run(agent, "and now?", session=session, run_config=config)
+        return await session.get_items()
+
+    items = asyncio.run(go())
+    (sent,) = [
+        i
+        for i in model.calls[0].input
+        if isinstance(i, dict) and i.get("type") == "function_call_output"
+    ]
+    sync, sid = _store_session(session)
+    (shown,) = [m for m in sync.view(sid).to_messages() if m["role"] == "tool"]
+    assert "characters omitted" in sent["output"] and sent["output"] == shown["content"]
+    assert sent["output"].startswith("   0 row 0") and "1999 row 1999" in sent["output"]
+    assert items[2]["output"] == big  # the session still returns it whole
+    assert sync.verify(sid).ok
+
+
 def test_the_input_filter_keeps_tool_calls_with_their_outputs(session: Any) -> None:
     @function_tool
     def lookup(key: str) -> str:

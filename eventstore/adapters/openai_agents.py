@@ -68,7 +68,8 @@ from ..events import (
 )
 from ..records import StoredEvent
 from ..store import AsyncEventStore
-from ..views import View, ViewOptions, placeholder_text
+from ..tokens import part_text
+from ..views import View, ViewOptions, placeholder_text, truncated_text
 
 if TYPE_CHECKING:
     from condensers.policy import CondensationPolicy
@@ -156,7 +157,8 @@ def condensed_items(
     ``pairs`` are the stored items the SDK sees (seq and item, oldest first). Each input
     item equal to one of them (in order) takes its seq: it is left out when the view's
     condensation forgot that seq, and a tool output the view shows as compacted gets the
-    placeholder. The summary goes where the forgotten items were, after the pinned head.
+    placeholder (or, when a prune truncated it, the same head and tail the view shows).
+    The summary goes where the forgotten items were, after the pinned head.
     Input items that match nothing (the new turn) pass through unchanged.
     """
     cond = view.condensation.event if view.condensation is not None else None
@@ -189,9 +191,14 @@ def condensed_items(
             and isinstance(x, dict)
             and x.get("type") == "function_call_output"
         ):
+            ref = next(iter(vitem.compacted.values()))
+            keep = vitem.kept.get(ref.index)
+            part = vitem.message.parts[ref.index]
             x = {
                 **x,
-                "output": placeholder_text(view.options, next(iter(vitem.compacted.values()))),
+                "output": placeholder_text(view.options, ref)
+                if keep is None
+                else truncated_text(ref, part_text(part), keep),
             }
         out.append(x)
     if dropped and summary is not None:
