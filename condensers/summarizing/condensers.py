@@ -29,6 +29,7 @@ from ..base import (
     previous_condensation,
     summary_room,
 )
+from . import rehydrate
 from .extractive import ExtractiveSummarizer
 from .llm import LLMSummarizer
 from .protocol import Summarizer, SummaryResult
@@ -52,6 +53,11 @@ class SummarizingCondenser:
             much to keep.
         min_forget_events: Fewest messages a condensation must forget to be written.
         min_keep: Newest messages always kept (when a valid cut allows it).
+        rehydrate_files: After summarizing, keep the newest output of this many files
+            read or changed in what was forgotten, in a section after the summary
+            (post-compaction rehydration; see :mod:`.rehydrate`). 0: none.
+        rehydrate_tokens: About how many tokens each such output may take (head and
+            tail, with the ``recall`` reference of the whole output).
     """
 
     def __init__(
@@ -63,6 +69,8 @@ class SummarizingCondenser:
         summary_fraction: float = 0.25,
         min_forget_events: int = 2,
         min_keep: int = 1,
+        rehydrate_files: int = 0,
+        rehydrate_tokens: int = 500,
     ) -> None:
         if not 0 < target_fraction <= 1:
             raise ConfigurationError(f"target_fraction must be in (0, 1], got {target_fraction}")
@@ -72,6 +80,13 @@ class SummarizingCondenser:
         self.summary_fraction = summary_fraction
         self.min_forget_events = max(min_forget_events, 1)
         self.min_keep = min_keep
+        if rehydrate_files < 0 or rehydrate_tokens < 16:
+            raise ConfigurationError(
+                "rehydrate_files must not be negative and rehydrate_tokens must be at least "
+                f"16, got {rehydrate_files} and {rehydrate_tokens}"
+            )
+        self.rehydrate_files = rehydrate_files
+        self.rehydrate_tokens = rehydrate_tokens
         self.name = summarizer.name
 
     def settings(self) -> dict[str, Any]:
@@ -82,6 +97,8 @@ class SummarizingCondenser:
             "summary_fraction": self.summary_fraction,
             "min_forget_events": self.min_forget_events,
             "min_keep": self.min_keep,
+            "rehydrate_files": self.rehydrate_files,
+            "rehydrate_tokens": self.rehydrate_tokens,
         }
 
     def plan(self, view: View, budget: Budget, ctx: PlanContext) -> Proposal | None:
@@ -102,6 +119,8 @@ class SummarizingCondenser:
         reserve = max(min(reserve, room), 64)
         events = newly_forgotten(view, forget)
         previous = (prev.carried or prev.summary) if prev is not None else None
+        # The file section is not summarized: it is rebuilt after the summary.
+        previous, files_before = rehydrate.split(previous)
         notes: list[str] = []
         used: Summarizer = self.summarizer
         settings = self.settings()
@@ -122,6 +141,15 @@ class SummarizingCondenser:
                 result.usage, result.cost = spent.usage, spent.cost
                 result.model = None
         notes.extend(result.notes)
+        files = rehydrate.section(
+            files_before,
+            events,
+            [i.stored for i in view.items if not i.pinned][forget:],
+            files=self.rehydrate_files,
+            tokens=self.rehydrate_tokens,
+        )
+        if files:
+            result.text = f"{result.text.rstrip()}\n\n{files}"
         text = fit_summary(result.text, summary_room(view, forget, budget, ctx), ctx.token_counter)
         whole = result.text
         if isinstance(used, ExtractiveSummarizer):
@@ -129,6 +157,7 @@ class SummarizingCondenser:
             # the whole one (bounded by the summarizer's own caps), so no fact is lost
             # for good to one tight moment.
             whole = used.summarize(previous, events, focus=ctx.focus).text
+            whole = f"{whole.rstrip()}\n\n{files}" if files else whole
         extra: dict[str, Any] = {}
         if text != result.text:
             notes.append("summary shortened to fit the budget")
@@ -181,6 +210,17 @@ class SummarizingCondenser:
         return summarizer.summarize(previous, events, focus=ctx.focus)
 
 
+#: The :class:`SummarizingCondenser` arguments the ready-made forms take by keyword.
+_OWN = (
+    "target_fraction",
+    "summary_fraction",
+    "min_forget_events",
+    "min_keep",
+    "rehydrate_files",
+    "rehydrate_tokens",
+)
+
+
 def _cost(result: SummaryResult) -> float | None:
     # A model call that could not be priced records None; no model call costs nothing.
     if result.usage is None and result.model is None:
@@ -199,11 +239,7 @@ class LLMSummaryCondenser(SummarizingCondenser):
     """
 
     def __init__(self, model: str, **kwargs: Any) -> None:
-        own = {
-            k: kwargs.pop(k)
-            for k in ("target_fraction", "summary_fraction", "min_forget_events", "min_keep")
-            if k in kwargs
-        }
+        own = {k: kwargs.pop(k) for k in _OWN if k in kwargs}
         fallback = kwargs.pop("fallback", ExtractiveSummarizer())
         super().__init__(LLMSummarizer(model, **kwargs), fallback=fallback, **own)
 
@@ -212,9 +248,5 @@ class ExtractiveCondenser(SummarizingCondenser):
     """A :class:`SummarizingCondenser` with the deterministic extractive summarizer."""
 
     def __init__(self, **kwargs: Any) -> None:
-        own = {
-            k: kwargs.pop(k)
-            for k in ("target_fraction", "summary_fraction", "min_forget_events", "min_keep")
-            if k in kwargs
-        }
+        own = {k: kwargs.pop(k) for k in _OWN if k in kwargs}
         super().__init__(ExtractiveSummarizer(**kwargs), fallback=None, **own)
