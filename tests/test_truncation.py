@@ -92,7 +92,7 @@ def _observe(store: EventStore, sid: str, i: int, output: str) -> None:
 
 
 def test_an_unseen_result_is_capped_on_a_check_under_the_threshold(store: EventStore) -> None:
-    """A result the model has not been sent yet, larger than a quarter of the room the head
+    """A result the model has not been sent yet, larger than 15% of the room the head
     leaves, is cut before it is first sent: the next turn still extends the previous one."""
     sid = store.create_session().id
     head = "You fix bugs. " + "Rules. " * 1_500  # about 2,600 tokens of a 6,800 budget
@@ -147,4 +147,4 @@ def test_fresh_cap_settings_are_checked() -> None:
         ResultTruncator(fresh_fraction=0.0)
     with pytest.raises(ConfigurationError, match="fresh_min_tokens"):
         ResultTruncator(fresh_min_tokens=2)
-    assert ResultTruncator().settings()["fresh_fraction"] == 0.25
+    assert ResultTruncator().settings()["fresh_fraction"] == 0.15

@@ -26,7 +26,8 @@ TRAJECTORIES = [
     for p in corpus_files("swe-agent/**/*.traj")
     if "marshmallow-1867" in str(p) and "default_sys-env_window100" in str(p)
 ]
-WINDOW = Budget(max_input_tokens=8192, reserved_output=1024, buffer=410)
+# A small window: results are capped before they are sent, so an 8k one rarely fills up.
+WINDOW = Budget(max_input_tokens=4096, reserved_output=512, buffer=205)
 
 
 @dataclass
