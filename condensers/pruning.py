@@ -118,10 +118,11 @@ class ToolOutputPruner:
     all of it. Parts already compacted are skipped, so planning twice proposes nothing
     new (idempotent).
 
-    The thresholds are absolute, as in OpenCode, whatever the budget. Only when the view's
-    budget is smaller than ``protect_tokens`` (a window in which 40k tokens of output
-    could never be kept) are both clamped to ``protect_fraction`` and
-    ``minimum_fraction`` of it.
+    The thresholds are absolute, as in OpenCode, whatever the budget. Only when the window
+    the conversation has (the budget less the pinned head) is smaller than
+    ``protect_tokens`` (a window in which 40k tokens of output could never be kept) are
+    both clamped to ``protect_fraction`` and ``minimum_fraction`` of that window: a long
+    system prompt on a small model leaves less to protect, not more.
 
     Args:
         protect_tokens: Newest tool-output tokens kept (OpenCode: 40,000).
@@ -131,9 +132,9 @@ class ToolOutputPruner:
         protected_prefixes: Tool-name prefixes whose results are never pruned.
         max_part_tokens: Cap on any one part's token estimate (a huge output counts as
             this much towards protection and the minimum).
-        protect_fraction: Budget fraction ``protect_tokens`` is clamped to in a small
+        protect_fraction: Window fraction ``protect_tokens`` is clamped to in a small
             window.
-        minimum_fraction: Budget fraction ``minimum_tokens`` is clamped to in a small
+        minimum_fraction: Window fraction ``minimum_tokens`` is clamped to in a small
             window.
         min_output_tokens: Only outputs of at least this many tokens are pruned (a
             per-output threshold, as dynamiq compacts); smaller ones stay as they are.
@@ -184,13 +185,15 @@ class ToolOutputPruner:
             "minimum_fraction": self.minimum_fraction,
         }
 
-    def thresholds(self, budget: Budget) -> tuple[int, int]:
-        """The (protect, minimum) tokens in effect for ``budget``."""
-        if budget.available >= self.protect_tokens:
+    def thresholds(self, budget: Budget, pinned: int = 0) -> tuple[int, int]:
+        """The (protect, minimum) tokens in effect for ``budget`` when the pinned head
+        takes ``pinned`` of it: the conversation's window is what the head leaves."""
+        window = max(budget.available - pinned, 1)
+        if window >= self.protect_tokens:
             return self.protect_tokens, self.minimum_tokens
         return (
-            _scaled(self.protect_tokens, self.protect_fraction, budget),
-            _scaled(self.minimum_tokens, self.minimum_fraction, budget),
+            min(self.protect_tokens, max(math.floor(window * self.protect_fraction), 1)),
+            min(self.minimum_tokens, max(math.floor(window * self.minimum_fraction), 1)),
         )
 
     def is_protected(self, tool: str | None) -> bool:
@@ -201,7 +204,7 @@ class ToolOutputPruner:
 
     def plan(self, view: View, budget: Budget, ctx: PlanContext) -> Proposal | None:
         started = time.perf_counter()
-        protect, minimum = self.thresholds(budget)
+        protect, minimum = self.thresholds(budget, sum(i.tokens for i in view.items if i.pinned))
         kept_from = _newest_steps_start(view, self.protect_steps)
         seen = 0
         prunable = 0

@@ -87,6 +87,23 @@ def test_paths_and_commands_from_text_mode_agents(store: EventStore) -> None:
         assert f"{word} x1" in text
 
 
+def test_bare_file_names_of_common_languages_count_as_paths(store: EventStore) -> None:
+    sid = store.create_session().id
+    names = ["printenv.pl", "Main.kt", "App.swift", "init.lua", "deploy.tf", "notes.org"]
+    store.append(
+        sid,
+        [
+            Message.user("Look around."),
+            Message.assistant("I will open " + ", ".join(names) + " next; see v1.2 and e.g."),
+        ],
+    )
+    text = ExtractiveSummarizer().summarize(None, _events(store, sid)).text
+    files = text[text.index("## Files") :]
+    for name in names:
+        assert f"- {name}" in files
+    assert "v1.2" not in files and "e.g" not in files  # not file names
+
+
 def test_facts_survive_five_condensations(store: EventStore) -> None:
     """Multi-line requests, errors and paths of every round are still there after the
     fifth summary of summaries."""

@@ -89,6 +89,29 @@ def test_a_small_window_clamps_the_thresholds(store: EventStore) -> None:
     assert pruned_calls(store, sid, prune) == [f"c{i}" for i in range(4)]
 
 
+def test_a_long_pinned_head_clamps_to_the_window_it_leaves(store: EventStore) -> None:
+    # A 4k model whose system prompt takes 2,400 of its 3,379 tokens: protecting 30% of the
+    # budget (1,013) would protect more tool output than the ~970 tokens left can show.
+    small = Budget(4096, 512, 205)
+    assert ToolOutputPruner().thresholds(small, pinned=2_400) == (293, 48)
+    assert ToolOutputPruner().thresholds(small) == (1_013, 168)
+    assert ToolOutputPruner().thresholds(LARGE, pinned=10_000) == (40_000, 20_000)
+    sid = store.create_session().id
+    head = [Message.system("Rules. " * 1_370), Message.user("Fix the failing test.")]
+    steps = []
+    for i in range(4):
+        steps.append(Message.assistant(f"step {i}", tool_calls=[call(f"c{i}")]))
+        steps.append(Message.tool(f"c{i}", "y" * 4 * 150, name="bash"))
+    store.append(sid, [*head, *steps])
+    pinned = sum(i.tokens for i in store.view(sid).items if i.pinned)
+    assert 2_380 < pinned < 2_420
+    prune = plan(store, sid, ToolOutputPruner(), small)
+    assert prune is not None
+    # The two newest steps (300 tokens of output) already fill the 293 protected: the
+    # older two go. Clamped to the budget instead, all 600 tokens would stay protected.
+    assert pruned_calls(store, sid, prune) == ["c0", "c1"]
+
+
 def test_the_newest_assistant_steps_are_protected_whatever_their_size(store: EventStore) -> None:
     sid = agent_run(store, [30_000, 30_000, 30_000])
     pruner = ToolOutputPruner(protect_tokens=1_000, minimum_tokens=1)

@@ -67,19 +67,27 @@ _TRIM_RE = re.compile(r"^- \((\d+) (?:earlier|more) (?:requests|errors|files) om
 _NONE = "- none"
 
 
+#: Extensions a bare name must carry to count as a file: source code of the common
+#: languages, build files, documentation, configuration and data.
+_FILE_EXTENSIONS = frozenset(
+    """
+    py pyi pyx ipynb c h cc cpp cxx hpp hh m mm rs go java kt kts scala groovy clj cs fs vb
+    swift dart js mjs cjs ts tsx jsx vue svelte rb php pl pm lua r jl ex exs erl hs ml elm
+    sh bash zsh fish ps1 bat cmd sql html htm css scss sass less md rst txt adoc tex org
+    json jsonl ndjson yaml yml toml ini cfg conf env properties lock xml csv tsv log
+    patch diff proto graphql gql tf hcl mk cmake gradle dockerfile make traj out err
+    """.split()
+)
+
+
 def _looks_like_path(token: str) -> bool:
     if "://" in token or len(token) > 200 or len(token) < 3:
         return False
     if "/" in token:
         return bool(re.search(r"[A-Za-z]", token))
     # A bare name counts only with a typical source/data extension.
-    return bool(
-        re.search(
-            r"\.(py|js|ts|tsx|jsx|go|rs|java|c|h|cpp|md|txt|json|ya?ml|toml|"
-            r"cfg|ini|sh|html|css|sql|rb|php|lock|csv|xml)$",
-            token,
-        )
-    )
+    ext = token.rsplit(".", 1)[-1].lower() if "." in token else ""
+    return ext in _FILE_EXTENSIONS
 
 
 def _paths_in_value(value: Any, key: str | None = None) -> Iterable[str]:
