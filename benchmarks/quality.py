@@ -127,6 +127,36 @@ def load_corpus(root: Path, *, smoke: bool = False) -> list[Trajectory]:
     return out
 
 
+def stitched(trajectories: Sequence[Trajectory], over: int = PRUNE_OVER_TOKENS) -> list[Trajectory]:
+    """Long runs made from the corpus: the trajectories of one format (and tool role)
+    back to back as one session, after the first one's head (its messages before the
+    first assistant message), kept when their tool output passes ``over`` tokens.
+
+    The corpus has no single run that long; these show what a long session does to the
+    pruner, the cache and the summary's lists (a measure, not one of the corpus targets).
+    """
+    groups: dict[tuple[str, bool], list[Trajectory]] = {}
+    for t in trajectories:
+        groups.setdefault((t.format, t.tool_role), []).append(t)
+    out: list[Trajectory] = []
+    for (fmt, _), group in sorted(groups.items()):
+        events: list[Event] = []
+        for n, t in enumerate(group):
+            first = next(
+                (
+                    i
+                    for i, e in enumerate(t.events)
+                    if isinstance(e, Message) and e.role == "assistant"
+                ),
+                len(t.events),
+            )
+            events += t.events if n == 0 else t.events[first:]
+        run = Trajectory(f"{fmt}: {len(group)} trajectories back to back", fmt, events)
+        if tool_output_tokens(run.messages, run.tool_role) > over:
+            out.append(run)
+    return out
+
+
 # --------------------------------------------------------------------------- replay
 
 

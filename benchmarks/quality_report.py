@@ -29,6 +29,7 @@ from .quality import (
     load_corpus,
     pool,
     run,
+    stitched,
     targets,
 )
 from .quality_bound import bound_rows
@@ -76,6 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     trajectories = load_corpus(corpus, smoke=args.smoke)
     log(f"quality: {len(trajectories)} trajectories from {corpus}; budgets {', '.join(BUDGETS)}")
     results = run(trajectories, workdir=args.workdir)
+    long_runs = [] if args.smoke else stitched(trajectories)
+    long_results = run(long_runs, workdir=args.workdir) if long_runs else {}
     pooled = {label: pool(scores) for label, scores in results.items()}
     verdicts = targets(pooled)
     baseline = json.loads(args.baseline.read_text()) if args.baseline else None
@@ -90,13 +93,14 @@ def main(argv: list[str] | None = None) -> int:
         "targets": [asdict(t) for t in verdicts],
         "runs": {label: [asdict(s) for s in scores] for label, scores in results.items()},
         "bound": bound_rows(trajectories),
+        "long_runs": {label: [asdict(s) for s in scores] for label, scores in long_results.items()},
     }
     if baseline is not None:
         data["baseline"] = {
             k: baseline.get(k) for k in ("commit", "label", "pooled", "targets", "mode")
         }
     (out / "quality_results.json").write_text(json.dumps(data, indent=1) + "\n")
-    (out / "QUALITY_RESULTS.md").write_text(render(data, verdicts, results))
+    (out / "QUALITY_RESULTS.md").write_text(render(data, verdicts, results, long_results))
     missed = [t for t in verdicts if any(ok is False for ok in t.passed.values())]
     log(
         f"quality: done in {data['duration_s']:.0f}s: {out / 'QUALITY_RESULTS.md'}; "
@@ -204,6 +208,30 @@ def _runs_table(scores: list[RunScore]) -> list[str]:
     return lines
 
 
+def _long_runs(results: dict[str, list[RunScore]]) -> list[str]:
+    """The long-runs section: a table per budget, and what it shows."""
+    lines = [
+        "No trajectory of the corpus has more than "
+        f"{PRUNE_OVER_TOKENS:,} tokens of tool output, so the pruner target",
+        "cannot be read from it. Here the trajectories of one format are replayed back to",
+        "back as one session, after the first one's head (`quality.stitched`), the same way",
+        "and with the same metrics. These runs are not part of the targets above.",
+        "",
+    ]
+    for label, scores in results.items():
+        lines += [f"At {label}:", ""] + _runs_table(scores) + [""]
+    fired = {
+        label: all(s.tool_prunes > 0 for s in scores if s.tool_output_tokens > PRUNE_OVER_TOKENS)
+        for label, scores in results.items()
+    }
+    lines.append(
+        "The tool-output pruner fired on every long run: "
+        + ", ".join(f"{label} {'yes' if ok else 'no'}" for label, ok in fired.items())
+        + "."
+    )
+    return lines
+
+
 def _lost(scores: list[RunScore]) -> list[str]:
     lines = []
     for kind in KINDS:
@@ -229,7 +257,12 @@ def _reasons(scores: list[RunScore]) -> list[str]:
     return [f"- {n} x {k}" for k, n in sorted(counts.items(), key=lambda kv: -kv[1])]
 
 
-def render(data: dict[str, Any], verdicts: list[Target], results: dict[str, list[RunScore]]) -> str:
+def render(
+    data: dict[str, Any],
+    verdicts: list[Target],
+    results: dict[str, list[RunScore]],
+    long_results: dict[str, list[RunScore]] | None = None,
+) -> str:
     """The Markdown report."""
     budgets = ", ".join(
         f"{k}: `Budget({b['max_input_tokens']}, {b['reserved_output']}, {b['buffer']})` "
@@ -281,6 +314,8 @@ def render(data: dict[str, Any], verdicts: list[Target], results: dict[str, list
         )
     if data.get("bound"):
         lines += ["", "## Cache breaks: what no policy could beat", ""] + _bound_table(data)
+    if long_results:
+        lines += ["", "## Long runs", ""] + _long_runs(long_results)
     for label, scores in results.items():
         lines += ["", f"## Per trajectory at {label}", ""] + _runs_table(scores)
         lines += ["", f"Lost probes at {label}:", ""] + _lost(scores)

@@ -45,8 +45,10 @@ from benchmarks.quality import (  # noqa: E402
     pool,
     replay,
     score,
+    stitched,
     targets,
     task_index,
+    tool_output_tokens,
 )
 
 BUDGET = Budget(4096, 512, 205)
@@ -298,6 +300,19 @@ def _long_session() -> Trajectory:
         events.append(Message.tool(f"c{i}", f"{i} " + "output line\n" * 120))
     events.append(assistant("done"))
     return Trajectory("synthetic", "openai", events)
+
+
+def test_long_runs_join_one_format_after_the_first_head() -> None:
+    one, two = _long_session(), _long_session()
+    two.events[1] = Message.user("A second task")
+    other = Trajectory("other", "swe-agent", list(_long_session().events[:4]))  # short
+    (run,) = stitched([one, two, other], over=1_000)
+    assert run.format == "openai" and run.name == "openai: 2 trajectories back to back"
+    assert run.events[: len(one.events)] == one.events  # the first whole, head included
+    assert run.events[len(one.events) :] == two.events[2:]  # the next without its head
+    out = tool_output_tokens(run.messages, run.tool_role)
+    assert out == 2 * tool_output_tokens(one.messages, one.tool_role)
+    assert stitched([one, two], over=out) == []  # not long enough
 
 
 def test_replay_scores_a_forgetting_policy_as_losing_probes(tmp_path: Path) -> None:
