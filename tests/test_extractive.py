@@ -104,6 +104,16 @@ def test_bare_file_names_of_common_languages_count_as_paths(store: EventStore) -
     assert "v1.2" not in files and "e.g" not in files  # not file names
 
 
+def test_a_file_named_short_and_in_full_is_listed_once(store: EventStore) -> None:
+    sid = store.create_session().id
+    text = "Edit decrypt.py, then /work/ctf/decrypt.py, a.py in src/a.py, ./b.py and src/b.py."
+    store.append(sid, [Message.user("Look around."), Message.assistant(text)])
+    summary = ExtractiveSummarizer().summarize(None, _events(store, sid)).text
+    section = summary[summary.index("## Files") :].split("\n\n")[0]
+    files = [f for f in section.split("\n") if f.startswith("- ")]
+    assert files == ["- /work/ctf/decrypt.py", "- src/a.py", "- ./b.py", "- src/b.py"]
+
+
 def test_facts_survive_five_condensations(store: EventStore) -> None:
     """Multi-line requests, errors and paths of every round are still there after the
     fifth summary of summaries."""

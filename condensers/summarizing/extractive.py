@@ -102,8 +102,11 @@ def _paths_in_value(value: Any, key: str | None = None) -> Iterable[str]:
             yield value.strip()
         else:
             for m in _PATH_RE.finditer(value):
-                if _looks_like_path(m.group(0)):
-                    yield m.group(0)
+                path = m.group(0)
+                if path.endswith(".") and not path.endswith(".."):
+                    path = path.rstrip(".")  # the end of a sentence, not of the name
+                if _looks_like_path(path):
+                    yield path
 
 
 def _arguments(call: ToolCallPart) -> Any:
@@ -214,6 +217,26 @@ def _merge_repeats(items: list[str]) -> list[str]:
     out: list[str] = []
     for key, _ in sorted(last.items(), key=lambda kv: kv[1]):
         out.append(f"- [{', '.join(seqs[key])}] {key}" if seqs[key] else key)
+    return out
+
+
+def _without_suffixes(entries: list[str]) -> list[str]:
+    """File entries (``- path``) without the relative paths another entry ends with
+    (``decrypt.py`` beside ``/work/ctf/decrypt.py``): the longer one names the same file
+    and holds the shorter as written. Absolute paths, ``./`` and ``../`` ones and entries
+    with a note are kept."""
+    paths = [e[2:] for e in entries if e.startswith("- ")]
+    out = []
+    for e in entries:
+        p = e[2:] if e.startswith("- ") else ""
+        if (
+            p
+            and not p.startswith(("/", "~", "(", "."))
+            and " " not in p
+            and any(q != p and q.endswith("/" + p) for q in paths)
+        ):
+            continue
+        out.append(e)
     return out
 
 
@@ -413,7 +436,9 @@ class ExtractiveSummarizer:
 
         files = list(dict.fromkeys(files))
         named = set(files)
-        files += [f for f in dict.fromkeys(seen_in_output) if f not in named]
+        files = _without_suffixes(
+            files + [f for f in dict.fromkeys(seen_in_output) if f not in named]
+        )
         sections: dict[str, list[str]] = {}
         sections[HEADINGS[0]] = _bounded(
             requests, 1, caps.max_requests, "earlier requests", req_dropped
