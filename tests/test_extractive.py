@@ -204,3 +204,32 @@ def test_the_same_error_at_several_steps_is_one_entry_listing_them(store: EventS
     lines = [ln for ln in errors.splitlines() if ln.startswith("- ")]
     seqs = [str(e.seq) for e in stored if e.event.role == "tool"]  # type: ignore[union-attr]
     assert lines == [f"- [{', '.join(seqs)}] bash: ModuleNotFoundError: No module named 'yaml'"]
+
+
+def test_the_same_error_from_two_tools_is_one_entry_and_other_errors_stay(
+    store: EventStore,
+) -> None:
+    sid = store.create_session().id
+    store.append(
+        sid,
+        [
+            Message.user("Fix it."),
+            _shell("c1", "flake8 app.py"),
+            Message.tool("c1", "E999 IndentationError: unexpected indent", name="bash"),
+            _shell("c2", "edit 3:3"),
+            Message.tool("c2", "E999 IndentationError: unexpected indent", name="edit"),
+            Message.user("ValueError: bad input"),
+            _shell("c3", "python app.py"),
+            Message.tool("c3", "KeyError: bad input", name="bash"),
+        ],
+    )
+    stored = _events(store, sid)
+    text = ExtractiveSummarizer().summarize(None, stored).text
+    errors = text.split("## Errors and fixes", 1)[1].split("##", 1)[0]
+    lines = [ln for ln in errors.splitlines() if ln.startswith("- ")]
+    s = [str(e.seq) for e in stored]
+    assert lines == [
+        f"- [{s[2]}, {s[4]}] edit: E999 IndentationError: unexpected indent",
+        f"- [{s[5]}] ValueError: bad input",
+        f"- [{s[7]}] bash: KeyError: bad input",
+    ]

@@ -202,21 +202,26 @@ def _bullets(lines: list[str]) -> list[str]:
 _SEQ_BULLET_RE = re.compile(r"^- \[(\d+(?:, \d+)*)\] (.*)$", re.DOTALL)
 
 
-def _merge_repeats(items: list[str]) -> list[str]:
+def _merge_repeats(items: list[str], labels: frozenset[str] = frozenset()) -> list[str]:
     """Bullets that say the same thing at different seqs, merged into one that lists the
-    seqs (``- [36, 42] bash: ValueError: x``), placed where it last occurred."""
+    seqs (``- [36, 42] bash: ValueError: x``), placed where it last occurred. With
+    ``labels`` (tool names), the same line from different tools is one entry too, under
+    the newest one's name."""
     seqs: dict[str, list[str]] = {}
-    last: dict[str, int] = {}
+    last: dict[str, tuple[int, str]] = {}
     for i, item in enumerate(items):
         m = _SEQ_BULLET_RE.match(item)
-        key = m.group(2) if m else item
+        text = m.group(2) if m else item
+        label, sep, rest = text.partition(": ")
+        key = rest if m and sep and label in labels else text
         found = m.group(1).split(", ") if m else []
         seqs.setdefault(key, [])
         seqs[key] += [s for s in found if s not in seqs[key]]
-        last[key] = i
+        last[key] = (i, text)
     out: list[str] = []
-    for key, _ in sorted(last.items(), key=lambda kv: kv[1]):
-        out.append(f"- [{', '.join(seqs[key])}] {key}" if seqs[key] else key)
+    for key, (_, text) in sorted(last.items(), key=lambda kv: kv[1][0]):
+        ordered = sorted(seqs[key], key=int)
+        out.append(f"- [{', '.join(ordered)}] {text}" if ordered else text)
     return out
 
 
@@ -395,6 +400,7 @@ class ExtractiveSummarizer:
         # Paths that outputs mention (tracebacks) rank after those the agent named: when the
         # list is capped, what the agent worked on stays.
         seen_in_output: list[str] = []
+        labels = {"tool"}  # names error entries are filed under
 
         for stored in events:
             msg = stored.event
@@ -416,6 +422,7 @@ class ExtractiveSummarizer:
                     if not lines and (part.is_error or part.state != "completed"):
                         lines = [clip(part.output.strip(), 240) or part.state]
                     tool = part.name or "tool"
+                    labels.add(tool)
                     errors.extend(f"- [{stored.seq}] {tool}: {ln}" for ln in lines)
                     seen_in_output.extend(f"- {p}" for p in _TRACE_FILE_RE.findall(part.output))
             if msg.role == "user":
@@ -458,7 +465,7 @@ class ExtractiveSummarizer:
             in_progress = [f"- at [{last_assistant[0]}]: quoted under {HEADINGS[4]}"]
         sections[HEADINGS[1]] = ["Done:", *done, "In progress:", *(in_progress or [_NONE])]
         sections[HEADINGS[2]] = _bullets(prev.get(HEADINGS[2], [])) or [_NONE]
-        errors = _merge_repeats(errors)
+        errors = _merge_repeats(errors, frozenset(labels | set(tools)))
         sections[HEADINGS[3]] = _bounded(errors, 0, caps.max_errors, "earlier errors", err_dropped)
         if last_assistant is not None:
             quoted = clip(last_assistant[1], caps.last_message_chars).replace("\n", "\n  ")
