@@ -6,7 +6,7 @@ batches."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from operator import itemgetter
 from typing import Any
@@ -89,19 +89,12 @@ class BatchRows:
         session_id: str,
         head: int,
         head_hash: str | None,
-        encoded: Iterable[Encoded],
+        encoded: list[Encoded],
         idempotency_key: str | None,
         batch_hash: str | None,
         now: datetime,
-        *,
-        size: int | None = None,
     ) -> None:
-        """``encoded`` may be an iterator that encodes each event as it is asked for (see
-        :mod:`eventstore._stream`); then ``size`` is the number of events it yields."""
-        if size is None:
-            assert isinstance(encoded, list)
-            size = len(encoded)
-        self.session_id, self.encoded, self.size, self.now = session_id, encoded, size, now
+        self.session_id, self.encoded, self.now = session_id, encoded, now
         self.idempotency_key, self.batch_hash = idempotency_key, batch_hash
         self.head_hash, self.seq = head_hash, head
         self.prunes: list[tuple[int, Prune, datetime]] = []
@@ -112,11 +105,7 @@ class BatchRows:
         hash, in order; ``head_hash``, ``seq`` and ``prunes`` follow along."""
         encoded = self.encoded
         prev, seq = self.head_hash, self.seq
-        fresh = iter(
-            new_ids(sum(1 for enc in encoded if not enc.event.id))
-            if isinstance(encoded, list)
-            else new_ids(self.size)  # one for each event that may need one
-        )
+        fresh = iter(new_ids(sum(1 for enc in encoded if not enc.event.id)))
         # Most batches share one time (now, or a caller's): format each distinct one once.
         stamps: dict[datetime, str] = {}
         for i, enc in enumerate(encoded):
@@ -148,7 +137,7 @@ class BatchRows:
                 "token_count": enc.token_count,
                 "size": enc.size,
                 "idempotency_key": key if seq == first else None,
-                "batch_size": self.size if seq == first and key is not None else None,
+                "batch_size": len(self.encoded) if seq == first and key is not None else None,
                 "batch_digest": self.batch_hash if seq == first else None,
                 "hash": digest,
             }
@@ -166,7 +155,7 @@ class BatchRows:
                 # platform's way, so those take strftime's (the ordinary path's) way.
                 stamp = ts[:10] + " " + ts[11:-1] if len(ts) == 27 else _sqlite_ts(created)
             if seq == first and key is not None:
-                extra: tuple[Any, ...] = (key, self.size, self.batch_hash)
+                extra: tuple[Any, ...] = (key, len(self.encoded), self.batch_hash)
             else:
                 extra = (None, None, None)
             row = (

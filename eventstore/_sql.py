@@ -443,6 +443,7 @@ def append(
     if not encoded:
         return AppendResult(seqs=[], head_seq=head)
 
+    segments: list[Segment] | None = None
     now = utcnow()
     rows = BatchRows(session_id, head, head_hash, encoded, idempotency_key, batch_hash, now)
     if len(encoded) > BULK_MIN:
@@ -458,22 +459,8 @@ def append(
         if part_rows:
             conn.execute(_INSERT_PARTS, part_rows[0] if len(part_rows) == 1 else part_rows)
         newest = event_rows[-1]["created_at"]
-    attached = {d: b for enc in encoded for d, b in enc.blobs.items()}
-    return finish_append(conn, tenant, session_id, head, rows, attached, newest)
-
-
-def finish_append(
-    conn: Connection,
-    tenant: str,
-    session_id: str,
-    head: int,
-    rows: BatchRows,
-    attached: dict[str, bytes],
-    newest: datetime,
-) -> AppendResult:
-    """What follows the inserts of a batch's rows: its attachments, its prunes, the head
-    move."""
     prunes, prev, seq = rows.prunes, rows.head_hash, rows.seq
+    attached = {d: b for enc in encoded for d, b in enc.blobs.items()}
     if attached:
         _blobs.save(conn, tenant, attached)
     if prunes:

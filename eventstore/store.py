@@ -24,7 +24,6 @@ import asyncio
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from functools import partial
 from typing import Any, TypeVar
 
 from sqlalchemy import create_engine
@@ -33,7 +32,7 @@ from sqlalchemy.exc import DBAPIError
 
 from . import _blobs, _purge, _sql
 from ._checks import check_int as _check_int
-from ._encoding import MAX_COUNT, encode_all, encode_one
+from ._encoding import MAX_COUNT, encode_all
 from ._engine import (
     DEFAULT_URL,
     Timeouts,
@@ -50,7 +49,6 @@ from ._replica import DEFAULT_READ_WAIT_MS, ReplicaMethods
 from ._runtime import RuntimeMethods
 from ._search import SearchMethods
 from ._sessions import SessionMethods, audit_for_async, read_event_expanded, read_page_expanded
-from ._stream import stream_append, streams
 from ._twins import awaitable, calibrated_tokens, record_llm_call, streaming
 from ._view_rows import view_rows, view_rows_at_once
 from .codec import Encoded, check_text
@@ -397,30 +395,14 @@ class EventStore(
     ) -> AppendResult:
         """Like :meth:`append`, returning the new head and whether it was a replay."""
         _check_int("expected_seq", expected_seq)
-        if streamed := streams(self.dialect, events, idempotency_key):
-            encoded: list[Encoded] = []  # encoded while they are written
-        else:
-            encoded = self._encode(events)
-            fast = try_fast(self, session_id, encoded, expected_seq, idempotency_key)
-            if fast is not None:
-                return fast
+        encoded = self._encode(events)
+        if (fast := try_fast(self, session_id, encoded, expected_seq, idempotency_key)) is not None:
+            return fast
         try:
-            if streamed:
-                encode_at = partial(
-                    encode_one,
-                    counter=self.token_counter,
-                    blob_threshold=self.blob_threshold,
-                    max_event_bytes=self.max_event_bytes,
-                )
-                result = self._run(
-                    stream_append, self.tenant, session_id, events, expected_seq, encode_at,
-                    write=True,
-                )  # fmt: skip
-            else:
-                result = self._run(
-                    _sql.append, self.tenant, session_id, encoded, write=True,
-                    expected_seq=expected_seq, idempotency_key=idempotency_key,
-                )  # fmt: skip
+            result = self._run(
+                _sql.append, self.tenant, session_id, encoded, write=True,
+                expected_seq=expected_seq, idempotency_key=idempotency_key,
+            )  # fmt: skip
             if result.head_hash is not None:
                 self._heads.put(session_id, result.head_seq, result.head_hash)
             return result
