@@ -152,7 +152,7 @@ class BatchRows:
             stamp: Any = created
             if sqlite:
                 # format_ts's text is the same UTC time; it names years below 1000 its
-                # platform's way, so those take strftime's (the ordinary path's) way.
+                # platform's way, so those are written out as the ordinary path does.
                 stamp = ts[:10] + " " + ts[11:-1] if len(ts) == 27 else _sqlite_ts(created)
             if seq == first and key is not None:
                 extra: tuple[Any, ...] = (key, len(self.encoded), self.batch_hash)
@@ -189,8 +189,14 @@ def build_rows(
 
 def _sqlite_ts(value: datetime) -> str:
     """A datetime exactly as SQLAlchemy stores ``UTCDateTime`` on SQLite: naive UTC text
-    with microseconds (the ordinary path's format, byte for byte)."""
-    return value.astimezone(UTC).replace(tzinfo=None).strftime("%Y-%m-%d %H:%M:%S.%f")
+    with microseconds and a four-digit year (the ordinary path's format, byte for byte;
+    ``strftime``'s ``%Y`` leaves years below 1000 unpadded on glibc, which SQLite's reads
+    then cannot parse)."""
+    v = value.astimezone(UTC)
+    return (
+        f"{v.year:04d}-{v.month:02d}-{v.day:02d} "
+        f"{v.hour:02d}:{v.minute:02d}:{v.second:02d}.{v.microsecond:06d}"
+    )
 
 
 def _sqlite_row(row: dict[str, Any], cols: tuple[str, ...]) -> tuple[Any, ...]:
