@@ -528,8 +528,14 @@ def read_back(kind: str, payload: str, created_at: Any) -> None:
     head = f'{{"kind":"{kind}","id":"0"'
     if isinstance(created_at, datetime):
         head += f',"created_at":"{created_at.isoformat()}"'
+    text = head + "}" if payload == "{}" else head + "," + payload[1:]
+    # The kind's own validator, as the read uses (the union would pick it by the tag).
+    validator = _BY_KIND.get(kind)
     try:
-        EVENT_ADAPTER.validate_json(head + "}" if payload == "{}" else head + "," + payload[1:])
+        if validator is not None:
+            validator.validate_json(text)
+        else:
+            EVENT_ADAPTER.validate_json(text)
     except ValidationError:
         # The JSON parser refuses what Python's accepts (lone surrogates kept from invalid
         # UTF-8 tool output): decide exactly as the read will.
