@@ -53,7 +53,13 @@ def encode_one(
         enc = encode(evt, counter, blob_threshold)
     except InvalidEventError as exc:
         raise InvalidEventError(f"events[{i}]: {exc}") from None
-    except (PydanticSerializationError, ValueError, TypeError, RecursionError) as exc:
+    except (
+        PydanticSerializationError,
+        ValueError,
+        TypeError,
+        AttributeError,  # a part list mutated to hold something that is not a part
+        RecursionError,
+    ) as exc:
         raise InvalidEventError(f"events[{i}]: cannot be serialized ({exc})") from None
     size = enc.size + (sum(len(b) for b in enc.blobs.values()) if enc.blobs else 0)
     if size > max_event_bytes:
