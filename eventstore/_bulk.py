@@ -6,7 +6,7 @@ batches."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from operator import itemgetter
 from typing import Any
@@ -98,9 +98,12 @@ class BatchRows:
         self.idempotency_key, self.batch_hash = idempotency_key, batch_hash
         self.head_hash, self.seq = head_hash, head
         self.prunes: list[tuple[int, Prune, datetime]] = []
+        self.newest: datetime | None = None
 
-    def __iter__(self) -> Iterator[tuple[dict[str, Any], list[dict[str, Any]]]]:
-        session_id, encoded, key = self.session_id, self.encoded, self.idempotency_key
+    def chain(self) -> Iterator[tuple[int, Encoded, str, datetime, str, str]]:
+        """Each event's seq, encoding, id, time, formatted time (:func:`format_ts`) and
+        hash, in order; ``head_hash``, ``seq`` and ``prunes`` follow along."""
+        encoded = self.encoded
         prev, seq = self.head_hash, self.seq
         fresh = iter(new_ids(sum(1 for enc in encoded if not enc.event.id)))
         # Most batches share one time (now, or a caller's): format each distinct one once.
@@ -113,12 +116,17 @@ class BatchRows:
             ts = stamps.get(created)
             if ts is None:
                 ts = stamps[created] = format_ts(created)
-            digest = chain_hash_ts(prev, seq, event_id, enc.kind, ts, enc.payload)
-            prev = digest
+            prev = chain_hash_ts(prev, seq, event_id, enc.kind, ts, enc.payload)
             if type(evt) is not Message:  # a message names no other seq
                 check_references(evt, seq, f"events[{i}].")
                 if isinstance(evt, Prune):
                     self.prunes.append((seq, evt, created))
+            self.head_hash, self.seq, self.newest = prev, seq, created
+            yield seq, enc, event_id, created, ts, prev
+
+    def __iter__(self) -> Iterator[tuple[dict[str, Any], list[dict[str, Any]]]]:
+        session_id, key, first = self.session_id, self.idempotency_key, self.seq + 1
+        for seq, enc, event_id, created, _ts, digest in self.chain():
             row = {
                 "session_id": session_id,
                 "seq": seq,
@@ -128,13 +136,33 @@ class BatchRows:
                 "payload": enc.payload,
                 "token_count": enc.token_count,
                 "size": enc.size,
-                "idempotency_key": key if i == 0 else None,
-                "batch_size": len(encoded) if i == 0 and key is not None else None,
-                "batch_digest": self.batch_hash if i == 0 else None,
+                "idempotency_key": key if seq == first else None,
+                "batch_size": len(self.encoded) if seq == first and key is not None else None,
+                "batch_digest": self.batch_hash if seq == first else None,
                 "hash": digest,
             }
-            self.head_hash, self.seq = prev, seq
             yield row, [{"session_id": session_id, "seq": seq, **r} for r in enc.part_rows]
+
+    def tuples(self, sqlite: bool) -> Iterator[tuple[tuple[Any, ...], list[tuple[Any, ...]]]]:
+        """:meth:`__iter__`'s rows as driver parameters, in ``_EVENT_COLS`` and
+        ``_PART_COLS`` order; with ``sqlite``, ``created_at`` is the text SQLAlchemy stores
+        there (:func:`_sqlite_ts`)."""
+        session_id, key, first = self.session_id, self.idempotency_key, self.seq + 1
+        for seq, enc, event_id, created, ts, digest in self.chain():
+            stamp: Any = created
+            if sqlite:
+                # format_ts's text is the same UTC time; it names years below 1000 its
+                # platform's way, so those are written out as the ordinary path does.
+                stamp = ts[:10] + " " + ts[11:-1] if len(ts) == 27 else _sqlite_ts(created)
+            if seq == first and key is not None:
+                extra: tuple[Any, ...] = (key, len(self.encoded), self.batch_hash)
+            else:
+                extra = (None, None, None)
+            row = (
+                session_id, seq, event_id, enc.kind, stamp, enc.payload, enc.token_count,
+                enc.size, *extra, digest,
+            )  # fmt: skip
+            yield row, [(session_id, seq, *_part_keys(r)) for r in enc.part_rows]
 
 
 def build_rows(
@@ -161,8 +189,14 @@ def build_rows(
 
 def _sqlite_ts(value: datetime) -> str:
     """A datetime exactly as SQLAlchemy stores ``UTCDateTime`` on SQLite: naive UTC text
-    with microseconds (the ordinary path's format, byte for byte)."""
-    return value.astimezone(UTC).replace(tzinfo=None).strftime("%Y-%m-%d %H:%M:%S.%f")
+    with microseconds and a four-digit year (the ordinary path's format, byte for byte;
+    ``strftime``'s ``%Y`` leaves years below 1000 unpadded on glibc, which SQLite's reads
+    then cannot parse)."""
+    v = value.astimezone(UTC)
+    return (
+        f"{v.year:04d}-{v.month:02d}-{v.day:02d} "
+        f"{v.hour:02d}:{v.minute:02d}:{v.second:02d}.{v.microsecond:06d}"
+    )
 
 
 def _sqlite_row(row: dict[str, Any], cols: tuple[str, ...]) -> tuple[Any, ...]:
@@ -170,6 +204,7 @@ def _sqlite_row(row: dict[str, Any], cols: tuple[str, ...]) -> tuple[Any, ...]:
 
 
 _event_values = itemgetter(*_EVENT_COLS)
+_part_keys = itemgetter(*_PART_COLS[2:])
 _part_values = itemgetter(*_PART_COLS)
 _CREATED = _EVENT_COLS.index("created_at")
 
@@ -189,42 +224,42 @@ def _sqlite_event_rows(rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
     return out
 
 
-def bulk_insert(
-    conn: Connection, rows: Iterable[tuple[dict[str, Any], list[dict[str, Any]]]]
-) -> datetime:
-    """Insert a batch's rows (each event's row with its parts rows, as
-    :class:`BatchRows` makes them) through the driver, inside the
-    caller's transaction: one ``executemany`` per table on SQLite, ``COPY`` on Postgres.
-    The same rows, and so the same stored bytes, as SQLAlchemy's ``executemany`` without
-    its per-row processing. Returns the newest event's ``created_at``."""
+def bulk_insert(conn: Connection, rows: BatchRows) -> datetime:
+    """Insert a batch's rows through the driver, inside the caller's transaction: one
+    ``executemany`` per table on SQLite, ``COPY`` on Postgres. The same rows, and so the
+    same stored bytes, as SQLAlchemy's ``executemany`` without its per-row processing.
+    Returns the newest event's ``created_at``."""
     driver = conn.connection.driver_connection
     assert driver is not None
-    part_rows: list[dict[str, Any]] = []
-    event_rows: list[dict[str, Any]] = []
+    pg = conn.dialect.name == "postgresql"
+    part_rows: list[tuple[Any, ...]] = []
+    event_rows: list[tuple[Any, ...]] = []
     # All rows are made before the first is sent: streaming them into COPY as they are
-    # hashed measured no faster (the server keeps pace with psycopg's writes), and this
+    # hashed measured no faster (the server keeps pace with psycopg's writes), nor did
+    # encoding the events while their rows streamed out (on two cores the encoder and the
+    # server backend slowed each other down by more than the overlap saved); and this
     # way a refused event stops the batch before the database has seen any of it.
-    for row, parts_of in rows:
+    for row, parts_of in rows.tuples(sqlite=not pg):
         event_rows.append(row)
         part_rows += parts_of
-    if conn.dialect.name == "postgresql":
+    assert rows.newest is not None
+    if pg:
         with driver.cursor() as cur:
             # Text COPY: binary COPY with the column types set up front measured no
             # faster here (the server's inserts, not the parsing, are the cost).
             with cur.copy(_PG_COPY_EVENTS) as copy:
                 for r in event_rows:
-                    copy.write_row(_event_values(r))
+                    copy.write_row(r)
             if part_rows:
                 with cur.copy(_PG_COPY_PARTS) as copy:
                     for r in part_rows:
-                        copy.write_row(_part_values(r))
-        return event_rows[-1]["created_at"]
+                        copy.write_row(r)
+        return rows.newest
     cur = driver.cursor()
     try:
-        cur.executemany(_EV_SQLITE, _sqlite_event_rows(event_rows))
+        cur.executemany(_EV_SQLITE, event_rows)
         if part_rows:
-            # No time among the parts columns: the values go as they are.
-            cur.executemany(_PT_SQLITE, [_part_values(r) for r in part_rows])
+            cur.executemany(_PT_SQLITE, part_rows)
     finally:
         cur.close()
-    return event_rows[-1]["created_at"]
+    return rows.newest

@@ -32,19 +32,18 @@ import os
 import threading
 import weakref
 from collections.abc import Sequence
-from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy.exc import DBAPIError
 
 from . import _sql
 from ._bulk import (
+    _CREATED,
     _EVENT_COLS,
     _PART_COLS,
     _PG_EVENT_TYPES,
     _PG_PART_TYPES,
-    _sqlite_ts,
-    build_rows,
+    BatchRows,
 )
 from ._engine import busy_error
 from .codec import Encoded
@@ -159,14 +158,6 @@ def eligible(encoded: Sequence[Encoded], idempotency_key: str | None) -> bool:
     return not any(e.blobs or isinstance(e.event, Prune) for e in encoded)
 
 
-def _sqlite_text(value: datetime) -> str:
-    """:func:`eventstore._bulk._sqlite_ts` for the common case, without ``strftime``:
-    naive UTC text with microseconds, as SQLAlchemy stores it."""
-    if value.tzinfo is not UTC or value.year < 1000:
-        return _sqlite_ts(value)
-    return value.replace(tzinfo=None).isoformat(" ", "microseconds")
-
-
 _SQLITE_HEAD = (
     "UPDATE sessions SET head_seq = ?, head_hash = ?, updated_at = ? "
     "WHERE id = ? AND tenant = ? AND head_seq = ? AND head_hash IS ? AND deleted_at IS NULL"
@@ -183,31 +174,24 @@ def _sqlite_write(
     head_hash: str | None,
     seq: int,
     new_hash: str | None,
-    event_rows: list[dict[str, Any]],
-    part_rows: list[dict[str, Any]],
+    event_rows: list[tuple[Any, ...]],
+    part_rows: list[tuple[Any, ...]],
 ) -> bool:
     """The statements of a fast append on a ``sqlite3`` connection inside the caller's
-    write transaction; ``False`` (nothing written) when the head moved."""
-    stamps = [_sqlite_text(r["created_at"]) for r in event_rows]
-    cur = db.execute(_SQLITE_HEAD, (seq, new_hash, stamps[-1], session_id, tenant, head, head_hash))
+    write transaction (rows as :meth:`~eventstore._bulk.BatchRows.tuples` makes them for
+    SQLite); ``False`` (nothing written) when the head moved."""
+    newest = event_rows[-1][_CREATED]
+    cur = db.execute(_SQLITE_HEAD, (seq, new_hash, newest, session_id, tenant, head, head_hash))
     if cur.rowcount != 1:
         return False
-    ev = [
-        (
-            r["session_id"], r["seq"], r["id"], r["kind"], stamp, r["payload"],
-            r["token_count"], r["size"], None, None, None, r["hash"],
-        )
-        for r, stamp in zip(event_rows, stamps, strict=True)
-    ]  # fmt: skip
-    pt = [tuple(r[c] for c in _PART_COLS) for r in part_rows]
-    if len(ev) == 1:
-        db.execute(_SQLITE_EVENT, ev[0])
+    if len(event_rows) == 1:
+        db.execute(_SQLITE_EVENT, event_rows[0])
     else:
-        db.executemany(_SQLITE_EVENT, ev)
-    if len(pt) == 1:
-        db.execute(_SQLITE_PART, pt[0])
-    elif pt:
-        db.executemany(_SQLITE_PART, pt)
+        db.executemany(_SQLITE_EVENT, event_rows)
+    if len(part_rows) == 1:
+        db.execute(_SQLITE_PART, part_rows[0])
+    elif part_rows:
+        db.executemany(_SQLITE_PART, part_rows)
     return True
 
 
@@ -254,17 +238,17 @@ def _pg_write(
     head_hash: str | None,
     seq: int,
     new_hash: str | None,
-    event_rows: list[dict[str, Any]],
-    part_rows: list[dict[str, Any]],
+    event_rows: list[tuple[Any, ...]],
+    part_rows: list[tuple[Any, ...]],
 ) -> bool:
     """The one statement of a fast append on a psycopg cursor; ``False`` (nothing
     written) when the head moved."""
-    newest = event_rows[-1]["created_at"]
+    newest = event_rows[-1][_CREATED]
     params: list[Any] = [seq, new_hash, newest, session_id, tenant, head, head_hash, head + 1, seq]
     for r in event_rows:
-        params.extend(r[c] for c in _EVENT_COLS)
+        params += r
     for r in part_rows:
-        params.extend(r[c] for c in _PART_COLS)
+        params += r
     cur.execute(_pg_sql(len(event_rows), len(part_rows)), params)
     row = cur.fetchone()
     return bool(row and row[0])
@@ -286,13 +270,18 @@ def try_fast(
     head, head_hash = cached
     if expected_seq is not None and expected_seq != head:
         return None  # the ordinary path reports the conflict with the current head
-    event_rows, part_rows, _prunes, new_hash, seq = build_rows(
-        session_id, head, head_hash, encoded, None, None, utcnow()
-    )
+    pg = store.dialect == "postgresql"
+    rows = BatchRows(session_id, head, head_hash, encoded, None, None, utcnow())
+    event_rows: list[tuple[Any, ...]] = []
+    part_rows: list[tuple[Any, ...]] = []
+    for row, parts_of in rows.tuples(sqlite=not pg):
+        event_rows.append(row)
+        part_rows += parts_of
+    seq, new_hash = rows.seq, rows.head_hash
     args = (store.tenant, session_id, head, head_hash, seq, new_hash, event_rows, part_rows)
     store._open_schema()
     try:
-        if store.dialect == "postgresql":
+        if pg:
             applied = _pg_append(store, args)
         else:
             applied = _sqlite_append(store, args)

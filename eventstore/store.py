@@ -26,16 +26,13 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ValidationError
-from pydantic_core import PydanticSerializationError
 from sqlalchemy import create_engine
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
 from . import _blobs, _purge, _sql
-from ._checks import check_event
 from ._checks import check_int as _check_int
-from ._checks import describe_error as _describe
+from ._encoding import MAX_COUNT, encode_all
 from ._engine import (
     DEFAULT_URL,
     Timeouts,
@@ -54,17 +51,16 @@ from ._search import SearchMethods
 from ._sessions import SessionMethods, audit_for_async, read_event_expanded, read_page_expanded
 from ._twins import awaitable, calibrated_tokens, record_llm_call, streaming
 from ._view_rows import view_rows, view_rows_at_once
-from .codec import Encoded, check_text, encode, format_ts, read_back
+from .codec import Encoded, check_text
 from .errors import (
     ConfigurationError,
     ConflictError,
     InvalidEventError,
     NotFoundError,
-    PayloadTooLargeError,
     StorageBusyError,
     StorageError,
 )
-from .events import EVENT_ADAPTER, Condensation, Event, LLMCall, Message, Part, PartRef
+from .events import Condensation, Event, LLMCall, Message, Part, PartRef
 from .migrate import ensure_schema
 from .records import AppendResult, Session, StoredEvent, VerifyReport
 from .tokens import HeuristicTokenCounter, TokenCounter
@@ -84,7 +80,6 @@ DEFAULT_MAX_EVENT_BYTES = 32 * 1024 * 1024
 DEFAULT_BLOB_THRESHOLD = 64 * 1024
 DEFAULT_LOCK_TIMEOUT_MS = 5_000
 _MAX_INT = 2**63 - 1  # the widest integer both backends bind
-_MAX_COUNT = 2**31 - 1  # token counts and seqs are 32-bit columns
 T = TypeVar("T")
 
 
@@ -179,9 +174,9 @@ class EventStore(
             ("busy_timeout_ms", busy_timeout_ms, 0),
             ("lock_timeout_ms", lock_timeout_ms, 1),  # 0 would mean "wait forever"
         ):
-            if not isinstance(ms, int) or isinstance(ms, bool) or not low <= ms <= _MAX_COUNT:
+            if not isinstance(ms, int) or isinstance(ms, bool) or not low <= ms <= MAX_COUNT:
                 raise ConfigurationError(
-                    f"{name}: must be {low}..{_MAX_COUNT} milliseconds, got {ms!r}"
+                    f"{name}: must be {low}..{MAX_COUNT} milliseconds, got {ms!r}"
                 )
         self._timeouts = Timeouts(busy_timeout_ms, lock_timeout_ms)
         self.tenant = tenant
@@ -293,58 +288,7 @@ class EventStore(
             return fn(conn, *args, **kw)
 
     def _encode(self, evts: Sequence[Event | dict[str, Any]]) -> list[Encoded]:
-        # A single model is iterable too (pydantic yields its fields): refuse it by name.
-        if isinstance(evts, (dict, str, bytes, BaseModel)) or not isinstance(evts, Iterable):
-            raise InvalidEventError("events must be a list of events")
-        out = []
-        for i, evt in enumerate(evts):
-            if isinstance(evt, dict):
-                try:
-                    evt = EVENT_ADAPTER.validate_python(evt)
-                except ValidationError as exc:
-                    raise InvalidEventError(_describe(exc, i)) from None
-                checked = True
-            elif not hasattr(evt, "kind"):
-                raise InvalidEventError(f"events[{i}]: not an event ({type(evt).__name__})")
-            else:
-                checked = False
-            check_event(evt, f"events[{i}].")
-            try:
-                enc = encode(evt, self.token_counter, self.blob_threshold)
-            except InvalidEventError as exc:
-                raise InvalidEventError(f"events[{i}]: {exc}") from None
-            except (PydanticSerializationError, ValueError, TypeError, RecursionError) as exc:
-                raise InvalidEventError(f"events[{i}]: cannot be serialized ({exc})") from None
-            size = enc.size + (sum(len(b) for b in enc.blobs.values()) if enc.blobs else 0)
-            if size > self.max_event_bytes:
-                raise PayloadTooLargeError(size, self.max_event_bytes, i)
-            if enc.token_count > _MAX_COUNT:
-                raise InvalidEventError(
-                    f"events[{i}]: {enc.token_count} tokens is over the limit of {_MAX_COUNT}"
-                )
-            if not checked:
-                # Models are mutable and unvalidated on assignment: make sure what is about
-                # to be stored reads back, or a single bad event would make the log unreadable.
-                try:
-                    read_back(enc.kind, enc.payload, evt.created_at)
-                except ValidationError as exc:
-                    raise InvalidEventError(_describe(exc, i)) from None
-                except RecursionError:
-                    raise InvalidEventError(f"events[{i}]: nested too deeply") from None
-            if evt.created_at is not None:
-                try:
-                    format_ts(evt.created_at)
-                except (OverflowError, ValueError):
-                    raise InvalidEventError(
-                        f"events[{i}].created_at: {evt.created_at!r} is outside the range a UTC "
-                        "timestamp can hold (years 1-9999 after conversion to UTC)"
-                    ) from None
-            if evt.id is not None:
-                if not 1 <= len(evt.id) <= 36:
-                    raise InvalidEventError(f"events[{i}].id: must be 1-36 characters")
-                check_text(f"events[{i}].id", evt.id)
-            out.append(enc)
-        return out
+        return encode_all(evts, self.token_counter, self.blob_threshold, self.max_event_bytes)
 
     # -- sessions
 

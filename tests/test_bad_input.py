@@ -268,6 +268,12 @@ def test_mutated_model_is_validated_before_storing(store: EventStore) -> None:
     unserializable = Custom(name="c", data=b"\xff\xfe")
     with pytest.raises(InvalidEventError, match=r"events\[0\]"):
         store.append(s.id, [unserializable])
+    not_a_part = Message.user("x")
+    not_a_part.parts.append({"type": "bogus"})  # type: ignore[arg-type]  # in place
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(InvalidEventError, match=r"events\[0\]: cannot be serialized"):
+            store.append(s.id, [not_a_part])
     with pytest.raises(InvalidEventError, match="not an event"):
         store.append(s.id, [object()])  # type: ignore[list-item]
     with pytest.raises(InvalidEventError, match="list of events"):

@@ -20,6 +20,7 @@ from eventstore import (
     PartRef,
     Prune,
     StorageBusyError,
+    TextPart,
     ToolCallPart,
     _sql,
 )
@@ -317,3 +318,43 @@ def test_a_view_after_the_server_dropped_its_connection_reads_again(db_url: str)
         assert store.view(sid).to_messages() == before
         assert store.view(sid).to_messages() == before
     admin.dispose()
+
+
+def test_times_are_stored_alike_on_every_path(db_url: str) -> None:
+    """``created_at`` goes into the rows from the hashed timestamp text on the fast and bulk
+    paths: an offset other than UTC and a year below 1000 (formatted the platform's way)
+    are stored as the ordinary path stores them."""
+    from datetime import timedelta, timezone
+
+    times = [
+        datetime(2025, 5, 6, 9, 8, 7, 654321, tzinfo=timezone(timedelta(hours=2))),
+        datetime(999, 1, 2, 3, 4, 5, 6, tzinfo=UTC),
+        datetime(2025, 5, 6, 7, 8, 9, tzinfo=timezone(timedelta(hours=-5, minutes=-30))),
+    ]
+
+    def msg(text: str, when: datetime) -> Message:
+        return Message(role="user", parts=[TextPart(text=text)], created_at=when)
+
+    first = msg("first", datetime(2024, 1, 1, tzinfo=UTC))
+    events = [msg(f"m{i}", t) for i, t in enumerate(times)]
+    bulk = [msg(f"b{i}", times[i % 3]) for i in range(20)]
+    with EventStore(db_url, tenant=f"t-{uuid.uuid4().hex}", upgrade=True) as store:
+        fast_sid, slow_sid = str(uuid.uuid4()), str(uuid.uuid4())
+        store.create_session(session_id=fast_sid)
+        store.create_session(session_id=slow_sid)
+        store.append(fast_sid, [first])
+        store.append(slow_sid, [first])
+        for evt in events:
+            store.append(fast_sid, [evt])  # the fast path (the head is remembered)
+            store._heads.drop(slow_sid)
+            store.append(slow_sid, [evt])  # the ordinary path, row by row
+        store.append(fast_sid, bulk)  # over BULK_MIN: the driver's bulk path
+        for evt in bulk:
+            store._heads.drop(slow_sid)
+            store.append(slow_sid, [evt])
+        # Every column but the hash (the ids differ), the parts and the session's
+        # updated_at (the newest event's time) are the same on every path.
+        assert _rows(store, fast_sid) == _rows(store, slow_sid)
+        read = [e.event.created_at for e in store.read(fast_sid, 2, 4)]
+        assert read == [t.astimezone(UTC) for t in times]
+        assert store.verify(fast_sid).ok and store.verify(slow_sid).ok
