@@ -39,10 +39,12 @@ from sqlalchemy.exc import DBAPIError
 from . import _sql
 from ._bulk import (
     _CREATED,
+    _EV_SQLITE,
     _EVENT_COLS,
     _PART_COLS,
     _PG_EVENT_TYPES,
     _PG_PART_TYPES,
+    _PT_SQLITE,
     BatchRows,
 )
 from ._engine import busy_error
@@ -162,8 +164,6 @@ _SQLITE_HEAD = (
     "UPDATE sessions SET head_seq = ?, head_hash = ?, updated_at = ? "
     "WHERE id = ? AND tenant = ? AND head_seq = ? AND head_hash IS ? AND deleted_at IS NULL"
 )
-_SQLITE_EVENT = f"INSERT INTO events ({', '.join(_EVENT_COLS)}) VALUES ({', '.join('?' * 12)})"
-_SQLITE_PART = f"INSERT INTO parts ({', '.join(_PART_COLS)}) VALUES ({', '.join('?' * 8)})"
 
 
 def _sqlite_write(
@@ -185,13 +185,13 @@ def _sqlite_write(
     if cur.rowcount != 1:
         return False
     if len(event_rows) == 1:
-        db.execute(_SQLITE_EVENT, event_rows[0])
+        db.execute(_EV_SQLITE, event_rows[0])
     else:
-        db.executemany(_SQLITE_EVENT, event_rows)
+        db.executemany(_EV_SQLITE, event_rows)
     if len(part_rows) == 1:
-        db.execute(_SQLITE_PART, part_rows[0])
+        db.execute(_PT_SQLITE, part_rows[0])
     elif part_rows:
-        db.executemany(_SQLITE_PART, part_rows)
+        db.executemany(_PT_SQLITE, part_rows)
     return True
 
 
