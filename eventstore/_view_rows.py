@@ -443,6 +443,7 @@ def _rows(
             part_states[r[2]][r[9]] = PartState(cur_state.tokens, r[10])
 
     placeholders = _placeholders((r[2], r[6]) for r in by.get("x", ()))
+    read = int(cond is not None) + len(pinned) + len(tail) + n + len(placeholders)
     lo = cond.seq + 1 if cond is not None else 1
     requests = decoded("r")
     customs = _read_kind(conn, segments, requests[0].seq + 1, seq, "custom") if requests else []
@@ -461,12 +462,7 @@ def _rows(
         tail=tail,
         parts=part_states,
         control=control,
-        rows_read=(0 if cond is None else 1)
-        + len(pinned)
-        + len(tail)
-        + n
-        + len(control)
-        + len(placeholders),
+        rows_read=read + len(control),
         placeholders=placeholders,
     )
 
@@ -617,17 +613,11 @@ def _by_statements(
         pinned, tail = both[: len(pinned)], both[len(pinned) :]
     part_states, n = _read_parts(conn, segments, ranges, seq)
     control = _read_control(conn, segments, cond.seq + 1 if cond is not None else 1, seq)
-    prunes = [
-        e
-        for e in _read_kind(conn, segments, tail_lo, seq, "prune")
-        if isinstance(e.event, Prune) and e.event.keep_chars is None
-    ]
-    placeholders = {
-        e.seq: [(r.seq, r.index) for r in e.event.targets]
-        for e in prunes
-        if isinstance(e.event, Prune)
-    }
-    rows += len(pinned) + len(tail) + n + len(control) + len(prunes)
+    placeholders: dict[int, list[tuple[int, int]]] = {}
+    for e in _read_kind(conn, segments, tail_lo, seq, "prune"):
+        if isinstance(e.event, Prune) and e.event.keep_chars is None:
+            placeholders[e.seq] = [(r.seq, r.index) for r in e.event.targets]
+    rows += len(pinned) + len(tail) + n + len(control) + len(placeholders)
     return ViewRows(
         session_id=session_id,
         seq=seq,
