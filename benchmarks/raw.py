@@ -134,7 +134,8 @@ class StoreSQL:
             self.conn.execute("PRAGMA foreign_keys=ON")
 
     def append_one(self, kind: str, payload: str, token_count: int, parts: list[dict]) -> None:
-        from eventstore._fast import _SQLITE_EVENT, _SQLITE_HEAD, _SQLITE_PART, _pg_sql
+        from eventstore._bulk import _EV_SQLITE, _PT_SQLITE
+        from eventstore._fast import _SQLITE_HEAD, _pg_sql
         from eventstore.codec import chain_hash, new_id
         from eventstore.events import utcnow
 
@@ -158,9 +159,9 @@ class StoreSQL:
             cur = c.execute(_SQLITE_HEAD, (seq, digest, stamp, sid, self.tenant, head, self.prev))
             applied = cur.rowcount
             ev = (sid, seq, eid, kind, stamp, payload, token_count, size, None, None, None, digest)
-            c.execute(_SQLITE_EVENT, ev)
+            c.execute(_EV_SQLITE, ev)
             for row in part_rows:
-                c.execute(_SQLITE_PART, row)
+                c.execute(_PT_SQLITE, row)
             c.execute("COMMIT")
         assert applied == 1, "the diagnostic's head went stale"
         self.head, self.prev = seq, digest
