@@ -54,7 +54,7 @@ from .events import (
     ToolResultPart,
     utcnow,
 )
-from .schema import _SQLITE_TRIGGERS, blobs, events, sessions
+from .schema import _SQLITE_TRIGGERS, blobs, events, kind_is, sessions
 
 if TYPE_CHECKING:
     from .codec import Encoded
@@ -93,7 +93,7 @@ def records(conn: Connection, owners: Sequence[str]) -> list[tuple[str, int, Pur
     rows = conn.execute(
         select(
             events.c.session_id, events.c.seq, events.c.id, events.c.created_at, events.c.payload
-        ).where(events.c.session_id.in_(list(owners)), events.c.kind == "purge")
+        ).where(events.c.session_id.in_(list(owners)), kind_is("purge"))
     )
     out = []
     for r in rows:

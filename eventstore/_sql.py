@@ -49,7 +49,7 @@ from .errors import (
 )
 from .events import Prune, utcnow
 from .records import AppendResult, Session, StoredEvent
-from .schema import events, fork_compactions, parts, session_keys, sessions
+from .schema import events, fork_compactions, kind_is, parts, session_keys, sessions
 
 READ_PAGE = 256
 BREAKER_PREFIX = "condenser.circuit"  # custom events that carry a policy's breaker state
@@ -599,7 +599,7 @@ def read_page(
             # in seq order instead, which makes a read of rare kinds cost O(session).
             rows = []
             for kind in kind_list:
-                q = base.where(events.c.kind == kind).order_by(events.c.seq).limit(want)
+                q = base.where(kind_is(kind)).order_by(events.c.seq).limit(want)
                 rows.extend(conn.execute(q))
             rows.sort(key=lambda r: r.seq)
             del rows[want:]
@@ -627,7 +627,7 @@ def latest_in(
             select(*_EVENT_COLS)
             .where(
                 events.c.session_id == seg.owner,
-                events.c.kind == kind,
+                kind_is(kind),
                 events.c.seq >= seg.lo,
                 events.c.seq <= seg.hi,
             )

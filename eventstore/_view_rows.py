@@ -49,7 +49,7 @@ from .codec import decode_row
 from .errors import InvalidEventError
 from .events import Condensation, Prune
 from .records import StoredEvent
-from .schema import events, fork_compactions, parts
+from .schema import RARE_KIND, events, fork_compactions, kind_is, parts
 from .views import PartState, ViewRows
 
 __all__ = ["view_rows", "view_rows_at_once"]
@@ -97,7 +97,7 @@ def _truncations(
             select(events.c.seq, events.c.payload).where(
                 events.c.session_id == owner,
                 events.c.seq.in_(sorted(set(stamps))),
-                events.c.kind == "prune",
+                kind_is("prune"),
                 events.c.payload.contains('"keep_chars":'),
             )
         )
@@ -231,7 +231,7 @@ def _build(q: _Query, segs: list[Segment], segments: Sequence[Segment], as_of: i
     ``g`` of its segment (in ``segs``, or in ``segments`` for fork compactions)."""
     probe = [
         f"SELECT * FROM (SELECT {g} AS g, {_EV} FROM events WHERE session_id = {q.p(s.owner)} "
-        f"AND kind = 'condensation' AND seq >= {q.p(s.lo)} AND seq <= {q.p(s.hi)} "
+        f"AND kind = 'condensation' AND {RARE_KIND} AND seq >= {q.p(s.lo)} AND seq <= {q.p(s.hi)} "
         f"ORDER BY seq DESC LIMIT 1) AS c{g}"
         for g, s in enumerate(segs)
     ]
@@ -261,21 +261,21 @@ def _build(q: _Query, segs: list[Segment], segments: Sequence[Segment], as_of: i
     for g, s in enumerate(segs):
         q.branches.append(
             f"SELECT 'r', {g}, {_EV}, {ev_nulls} FROM events WHERE session_id = {q.p(s.owner)} "
-            f"AND kind = 'condensation_request' AND seq >= {q.greatest(q.p(s.lo), after_cond)} "
-            f"AND seq <= {q.p(s.hi)}"
+            f"AND kind = 'condensation_request' AND {RARE_KIND} "
+            f"AND seq >= {q.greatest(q.p(s.lo), after_cond)} AND seq <= {q.p(s.hi)}"
         )
     for g, s in enumerate(segs):
         # The tail's prunes that hide parts whole: they may replace a truncation.
         q.branches.append(
             f"SELECT 'x', {g}, {_EV}, {ev_nulls} FROM events WHERE session_id = {q.p(s.owner)} "
-            f"AND kind = 'prune' AND seq >= {q.greatest(q.p(s.lo), tail_lo)} "
+            f"AND kind = 'prune' AND {RARE_KIND} AND seq >= {q.greatest(q.p(s.lo), tail_lo)} "
             f"AND seq <= {q.p(s.hi)} AND payload NOT LIKE {q.literal(_KEEP_LIKE)}"
         )
     for tag, kind, match in (("b", "custom", True), ("l", "llm_call", False)):
         for g, s in enumerate(segs):
             q.branches.append(
                 f"SELECT * FROM (SELECT '{tag}' AS src, {g} AS g, {_EV}, {ev_nulls} FROM events "
-                f"WHERE session_id = {q.p(s.owner)} AND kind = '{kind}' "
+                f"WHERE session_id = {q.p(s.owner)} AND kind = '{kind}' AND {RARE_KIND} "
                 f"AND seq >= {q.greatest(q.p(s.lo), after_cond)} AND seq <= {q.p(s.hi)}"
                 f"{f' AND payload LIKE {q.literal(_BREAKER_LIKE)}' if match else ''} "
                 f"ORDER BY seq DESC LIMIT 1) AS {tag}{g}"
@@ -658,7 +658,7 @@ def _read_kind(
             select(*_EVENT_COLS)
             .where(
                 events.c.session_id == seg.owner,
-                events.c.kind == kind,
+                kind_is(kind),
                 events.c.seq >= seg.lo,
                 events.c.seq <= seg.hi,
             )
@@ -707,7 +707,7 @@ def _latest_breaker(
             else:
                 row = conn.execute(
                     select(*_EVENT_COLS)
-                    .where(events.c.session_id == seg.owner, events.c.kind == "custom")
+                    .where(events.c.session_id == seg.owner, kind_is("custom"))
                     .where(events.c.seq.between(seg.lo, top), events.c.payload.like(like))
                     .order_by(events.c.seq.desc())
                     .limit(1)

@@ -168,7 +168,7 @@ def partition_by_session(engine: Engine, partitions: int) -> list[str]:
         raise SchemaError(f"--partition: a number of partitions of 2 or more, not {partitions!r}")
     if partitions > 1024:
         raise SchemaError(f"--partition: at most 1024 partitions, not {partitions}")
-    from .schema import _PG_TRIGGERS
+    from .schema import _PG_TRIGGERS, RARE_KIND
 
     with engine.begin() as conn:
         _require_postgres_at_head(conn, "partitioning by session")
@@ -194,16 +194,12 @@ def partition_by_session(engine: Engine, partitions: int) -> list[str]:
         statements += [f"ALTER TABLE _new_{t} RENAME TO {t}" for t in _PARTITIONED]
         statements += [
             "ALTER TABLE events ADD CONSTRAINT pk_events PRIMARY KEY (session_id, seq)",
-            "ALTER TABLE events ADD CONSTRAINT uq_events_session_id_id UNIQUE (session_id, id)",
-            "ALTER TABLE events ADD CONSTRAINT uq_events_session_id_idempotency_key "
-            "UNIQUE (session_id, idempotency_key)",
-            "ALTER TABLE events ADD CONSTRAINT fk_events_session_id_sessions "
-            "FOREIGN KEY (session_id) REFERENCES sessions (id)",
-            "CREATE INDEX ix_events_session_id_kind_seq ON events (session_id, kind, seq)",
-            "CREATE INDEX ix_events_id ON events (id)",
+            "ALTER TABLE events ADD CONSTRAINT uq_events_id_session_id UNIQUE (id, session_id)",
+            "CREATE UNIQUE INDEX ix_events_session_id_idempotency_key "
+            "ON events (session_id, idempotency_key) WHERE idempotency_key IS NOT NULL",
+            "CREATE INDEX ix_events_session_id_kind_seq_not_message "
+            f"ON events (session_id, kind, seq) WHERE {RARE_KIND}",
             "ALTER TABLE parts ADD CONSTRAINT pk_parts PRIMARY KEY (session_id, seq, idx)",
-            "ALTER TABLE parts ADD CONSTRAINT fk_parts_session_id_events "
-            "FOREIGN KEY (session_id, seq) REFERENCES events (session_id, seq)",
         ]
         statements += [sql for _, table, sql in _PG_TRIGGERS if table in _PARTITIONED]
         # Statement triggers stay on the table they are created on: a TRUNCATE aimed at

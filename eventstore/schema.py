@@ -26,7 +26,10 @@ from sqlalchemy import (
     Text,
     TypeDecorator,
     UniqueConstraint,
+    and_,
+    text,
 )
+from sqlalchemy.sql.elements import ColumnElement
 
 __all__ = [
     "metadata",
@@ -41,6 +44,8 @@ __all__ = [
     "blobs",
     "NATIVE_SEARCH_TABLES",
     "SCHEMA_REVISION",
+    "RARE_KIND",
+    "kind_is",
     "trigger_ddl",
     "drop_trigger_ddl",
     "feed_trigger_ddl",
@@ -48,7 +53,10 @@ __all__ = [
 ]
 
 #: The Alembic revision this code expects. A test asserts it equals the migration head.
-SCHEMA_REVISION = "0008"
+SCHEMA_REVISION = "0009"
+
+#: The predicate of the partial ``(session_id, kind, seq)`` index: every kind but messages.
+RARE_KIND = "kind <> 'message'"
 
 NAMING_CONVENTION = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -140,15 +148,32 @@ events = Table(
     Column("batch_digest", String(64), nullable=True),
     Column("hash", String(64), nullable=False),
     PrimaryKeyConstraint("session_id", "seq"),
-    ForeignKeyConstraint(["session_id"], ["sessions.id"]),
     # Every unique key includes session_id, so events can be spread by session (0007).
-    # Event ids are UUIDv7s, unique by construction; the database enforces it per session.
-    UniqueConstraint("session_id", "id"),
-    UniqueConstraint("session_id", "idempotency_key"),
-    # One probe finds the latest condensation at or before a seq.
-    Index(None, "session_id", "kind", "seq"),
-    # get_event / find_event by id alone.
-    Index(None, "id"),
+    # Event ids are UUIDv7s, unique by construction; the database enforces it per session,
+    # and the key's leading column serves get_event / find_event by id alone (0009).
+    UniqueConstraint("id", "session_id"),
+    # Only keyed appends write to these two (0009): most events have no idempotency key,
+    # and most are messages, which a view reads by primary-key range.
+    Index(
+        None,
+        "session_id",
+        "idempotency_key",
+        unique=True,
+        sqlite_where=text("idempotency_key IS NOT NULL"),
+        postgresql_where=text("idempotency_key IS NOT NULL"),
+    ),
+    # One probe finds the latest condensation (or prune, request, model call...) at or
+    # before a seq. A query must repeat the predicate (``RARE_KIND``) for SQLite to use it.
+    Index(
+        "ix_events_session_id_kind_seq_not_message",
+        "session_id",
+        "kind",
+        "seq",
+        sqlite_where=text(RARE_KIND),
+        postgresql_where=text(RARE_KIND),
+    ),
+    # No foreign key to sessions (0009): the statement that inserts events moves the
+    # session's head in the same transaction, and sessions are never deleted.
 )
 
 parts = Table(
@@ -165,8 +190,19 @@ parts = Table(
     Column("compacted_at", UTCDateTime, nullable=True),
     Column("compacted_seq", Integer, nullable=True),
     PrimaryKeyConstraint("session_id", "seq", "idx"),
-    ForeignKeyConstraint(["session_id", "seq"], ["events.session_id", "events.seq"]),
+    # Written only with their event, in its transaction: no foreign key to check per row
+    # (0009). Small rows always read by key: on SQLite the key index is the table.
+    sqlite_with_rowid=False,
 )
+
+
+def kind_is(kind: str) -> ColumnElement[bool]:
+    """``events.kind == kind``, repeating the partial kind index's predicate for any kind
+    but messages: SQLite uses a partial index only for a query that states its predicate."""
+    if kind == "message":
+        return events.c.kind == kind
+    return and_(events.c.kind == kind, text(RARE_KIND))
+
 
 # A fork shares its parent's rows, so it cannot stamp them: the parent's view would change.
 # Compactions a fork applies to inherited parts are recorded here instead.
