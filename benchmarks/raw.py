@@ -4,7 +4,8 @@ Both floors write the store's payload text for each workload event into a table 
 the store's natural key, ``(session_id, seq)`` as primary key and ``payload TEXT``, with
 no hash chain, no parts table, no head row and no validation. The SQLite floor uses the
 store's durability settings (WAL, ``synchronous=FULL``); Postgres runs with the server's
-defaults, as the store does.
+defaults, as the store does, and compresses large payloads the way the store's column does
+(lz4 since schema 0009 where the server has it, else the default pglz).
 """
 
 from __future__ import annotations
@@ -74,10 +75,18 @@ class RawPostgres:
 
         self.conn = psycopg.connect(**pg_conninfo(url), autocommit=True)
         with self.conn.cursor() as cur:
+            # The payload column is compressed as the store's is (lz4 since schema 0009,
+            # where the server has it): the floor measures the same bytes stored the same way.
+            cur.execute(
+                "SELECT attcompression FROM pg_attribute WHERE attname = 'payload' "
+                "AND attrelid = to_regclass('events')"
+            )
+            found = cur.fetchone()
+            compression = " COMPRESSION lz4" if found and found[0] == "l" else ""
             cur.execute(f"DROP TABLE IF EXISTS {_TABLE}")
             cur.execute(
                 f"CREATE TABLE {_TABLE} (session_id TEXT NOT NULL, seq INTEGER NOT NULL, "
-                "payload TEXT NOT NULL, PRIMARY KEY (session_id, seq))"
+                f"payload TEXT{compression} NOT NULL, PRIMARY KEY (session_id, seq))"
             )
 
     def insert_one(self, row: Row) -> None:

@@ -153,6 +153,18 @@ def partitions_of(conn: Connection, table: str) -> list[str]:
     return [r[0] for r in rows]
 
 
+def _payload_lz4(conn: Connection) -> bool:
+    """Whether ``events.payload`` is compressed with lz4 (schema 0009 on a server that has
+    it), so that the partitioned table is made the same way."""
+    if conn.dialect.server_version_info < (14,):  # type: ignore[operator]
+        return False
+    method = conn.exec_driver_sql(
+        "SELECT attcompression FROM pg_attribute "
+        "WHERE attrelid = 'events'::regclass AND attname = 'payload'"
+    ).scalar()
+    return method == "l"
+
+
 def partition_by_session(engine: Engine, partitions: int) -> list[str]:
     """Rebuild ``events`` and ``parts`` as tables hash-partitioned by ``session_id``.
 
@@ -188,6 +200,12 @@ def partition_by_session(engine: Engine, partitions: int) -> list[str]:
                 f"FOR VALUES WITH (MODULUS {partitions}, REMAINDER {i})"
                 for i in range(partitions)
             ]
+            if table == "events" and _payload_lz4(conn):
+                # Partitions inherit the parent's column compression when created after it.
+                statements.insert(
+                    -partitions,
+                    "ALTER TABLE _new_events ALTER COLUMN payload SET COMPRESSION lz4",
+                )
             statements.append(f"INSERT INTO _new_{table} SELECT * FROM {table}")
         # DROP fires no row triggers: the guards reject changes to rows, not the swap.
         statements += ["DROP TABLE parts", "DROP TABLE events"]

@@ -7,6 +7,7 @@ index; and the rebuild (SQLite) or the in-place change (Postgres) keeps every by
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -17,6 +18,7 @@ from eventstore.errors import EventStoreError, IdempotencyMismatchError
 from eventstore.events import Condensation, Message
 from eventstore.migrate import check, current_revision, downgrade, upgrade
 from eventstore.schema import SCHEMA_REVISION
+from tests.conftest import drop_pg_database, fresh_pg_database
 from tests.test_scaling import _all_verify, _seed
 
 
@@ -47,6 +49,24 @@ def _foreign_keys(engine: Any) -> int:
         ).scalar_one()
 
 
+def _has_lz4(engine: Any) -> bool:
+    with engine.connect() as conn:
+        return bool(
+            conn.exec_driver_sql(
+                "SELECT coalesce(bool_or('lz4' = ANY(enumvals)), false) FROM pg_settings "
+                "WHERE name = 'default_toast_compression'"
+            ).scalar()
+        )
+
+
+def _payload_compression(engine: Any, table: str = "events") -> str:
+    with engine.connect() as conn:
+        return conn.exec_driver_sql(
+            "SELECT attcompression FROM pg_attribute "
+            f"WHERE attrelid = '{table}'::regclass AND attname = 'payload'"
+        ).scalar_one()
+
+
 def _assert_0009_shape(engine: Any) -> None:
     defs = _index_defs(engine)
     assert "ix_events_id" not in defs and "ix_events_session_id_kind_seq" not in defs
@@ -55,6 +75,8 @@ def _assert_0009_shape(engine: Any) -> None:
     ).replace("(", "").replace(")", "")
     assert "IS NOT NULL" in defs["ix_events_session_id_idempotency_key"]
     assert _foreign_keys(engine) == 0
+    if engine.dialect.name == "postgresql":
+        assert _payload_compression(engine) == ("l" if _has_lz4(engine) else "")
     if engine.dialect.name == "sqlite":
         with engine.connect() as conn:
             ddl = conn.exec_driver_sql(
@@ -77,6 +99,8 @@ def test_0009_keeps_rows_chains_and_keys_down_and_up(empty_url: str) -> None:
         # events -> sessions and parts -> events (SQLite lists the second's two columns).
         assert _foreign_keys(engine) == (3 if engine.dialect.name == "sqlite" else 2)
         assert {"ix_events_id", "ix_events_session_id_kind_seq"} <= set(_index_defs(engine))
+        if engine.dialect.name == "postgresql":
+            assert _payload_compression(engine) == ""  # the server's default again
         upgrade(engine)
         assert current_revision(engine) == SCHEMA_REVISION
         assert check(engine) == []
@@ -149,3 +173,34 @@ def test_the_rare_kind_probes_use_the_partial_index(store: EventStore) -> None:
         ).scalar_one()
     assert counted == 1  # what the kind index holds of this session: the condensation
     assert store.view(sid).summary == "s"
+
+
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    url = fresh_pg_database()
+    try:
+        yield url
+    finally:
+        drop_pg_database(url)
+
+
+def test_partitioning_keeps_the_payload_compression(pg_url: str) -> None:
+    from click.testing import CliRunner
+
+    from eventstore.cli import cli
+
+    with EventStore(pg_url, upgrade=True) as store:
+        sid = store.create_session().id
+        store.append(sid, [Message.user("x" * 5000)])
+    result = CliRunner().invoke(cli, ["--db", pg_url, "db", "distribute", "--partition", "2"])
+    assert result.exit_code == 0, result.output
+    engine = create_engine(pg_url)
+    try:
+        want = "l" if _has_lz4(engine) else ""
+        assert [_payload_compression(engine, t) for t in ("events", "events_p0", "events_p1")] == [
+            want
+        ] * 3
+    finally:
+        engine.dispose()
+    with EventStore(pg_url) as store:
+        assert store.verify(sid, fingerprints=False).ok

@@ -20,6 +20,10 @@ sixth, plus two foreign-key checks. After this revision an ordinary message upda
   deleted (``delete_session`` leaves a tombstone).
 * On SQLite, ``parts`` becomes a ``WITHOUT ROWID`` table: its rows are small and always
   read by primary key, so the key index is the table.
+* On Postgres servers that have it (14 and later, built with lz4), large payloads are
+  compressed with lz4 instead of the default pglz: several times faster to compress and
+  to read back, for a slightly larger table. Rows already stored keep their compression;
+  both read the same.
 
 Postgres changes the constraints in place; SQLite rebuilds ``events`` and ``parts`` (create,
 copy, drop, rename; the append-only triggers re-created from the database's own DDL).
@@ -133,10 +137,18 @@ def _rebuild_sqlite(tables: dict[str, str], indexes: list[str]) -> None:
         conn.exec_driver_sql(sql)
 
 
+_HAS_LZ4 = (
+    "SELECT coalesce(bool_or('lz4' = ANY(enumvals)), false) FROM pg_settings "
+    "WHERE name = 'default_toast_compression'"
+)
+
+
 def upgrade() -> None:
     if op.get_bind().dialect.name == "sqlite":
         _rebuild_sqlite(_SQLITE_NEW, _NEW_INDEXES)
         return
+    if op.get_bind().exec_driver_sql(_HAS_LZ4).scalar():
+        op.execute("ALTER TABLE events ALTER COLUMN payload SET COMPRESSION lz4")
     for sql in (
         "ALTER TABLE parts DROP CONSTRAINT fk_parts_session_id_events",
         "ALTER TABLE events DROP CONSTRAINT fk_events_session_id_sessions",
@@ -154,6 +166,8 @@ def downgrade() -> None:
     if op.get_bind().dialect.name == "sqlite":
         _rebuild_sqlite(_SQLITE_OLD, _OLD_INDEXES)
         return
+    if op.get_bind().exec_driver_sql(_HAS_LZ4).scalar():
+        op.execute("ALTER TABLE events ALTER COLUMN payload SET COMPRESSION default")
     for sql in (
         "DROP INDEX ix_events_session_id_kind_seq_not_message",
         "DROP INDEX ix_events_session_id_idempotency_key",
