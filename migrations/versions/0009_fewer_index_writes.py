@@ -28,8 +28,9 @@ sixth, plus two foreign-key checks. After this revision an ordinary message upda
 Postgres changes the constraints in place; SQLite rebuilds ``events`` and ``parts`` (create,
 copy, drop, rename; the append-only triggers re-created from the database's own DDL).
 Payloads and hashes are copied byte for byte, so every chain still verifies. The copy is
-one pass over both tables: on a large SQLite file, expect it to take about as long as
-writing the file once.
+one pass over both tables (about 2 s for 100,000 events in a 211 MB file on a 2-vCPU
+machine). Until then the old and new copies both take space: the file grows by about its
+size, and keeps the freed pages for later appends (``VACUUM`` returns them to the disk).
 
 Revision ID: 0009
 Revises: 0008
