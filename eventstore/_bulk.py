@@ -6,6 +6,7 @@ batches."""
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from operator import itemgetter
@@ -143,26 +144,69 @@ class BatchRows:
             }
             yield row, [{"session_id": session_id, "seq": seq, **r} for r in enc.part_rows]
 
-    def tuples(self, sqlite: bool) -> Iterator[tuple[tuple[Any, ...], list[tuple[Any, ...]]]]:
-        """:meth:`__iter__`'s rows as driver parameters, in ``_EVENT_COLS`` and
-        ``_PART_COLS`` order; with ``sqlite``, ``created_at`` is the text SQLAlchemy stores
-        there (:func:`_sqlite_ts`)."""
-        session_id, key, first = self.session_id, self.idempotency_key, self.seq + 1
-        for seq, enc, event_id, created, ts, digest in self.chain():
-            stamp: Any = created
-            if sqlite:
-                # format_ts's text is the same UTC time; it names years below 1000 its
-                # platform's way, so those are written out as the ordinary path does.
-                stamp = ts[:10] + " " + ts[11:-1] if len(ts) == 27 else _sqlite_ts(created)
-            if seq == first and key is not None:
-                extra: tuple[Any, ...] = (key, len(self.encoded), self.batch_hash)
+    def collect(self, sqlite: bool) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+        """The ``events`` and ``parts`` rows as driver parameters, in ``_EVENT_COLS``
+        and ``_PART_COLS`` order, made in one loop; with ``sqlite``, ``created_at`` is the
+        text SQLAlchemy stores there (:func:`_sqlite_ts`). The seqs, ids, times and hashes
+        are :meth:`chain`'s (a test holds the two to that); ``head_hash``, ``seq``,
+        ``prunes`` and ``newest`` are left as :meth:`chain` leaves them."""
+        encoded = self.encoded
+        session_id, key = self.session_id, self.idempotency_key
+        prev, seq = self.head_hash, self.seq
+        missing = 0
+        for enc in encoded:
+            if not enc.event.id:
+                missing += 1
+        fresh = iter(new_ids(missing)) if missing else None
+        now = self.now
+        # Each distinct time formatted once: hashed text and the SQLite column text.
+        stamps: dict[datetime, tuple[str, Any]] = {}
+        sha256 = hashlib.sha256
+        event_rows: list[tuple[Any, ...]] = []
+        part_rows: list[tuple[Any, ...]] = []
+        add_event, add_part = event_rows.append, part_rows.append
+        created: datetime = now
+        for i, enc in enumerate(encoded):
+            seq += 1
+            evt = enc.event
+            event_id = evt.id or next(fresh)  # type: ignore[arg-type]
+            created = evt.created_at or now
+            got = stamps.get(created)
+            if got is None:
+                ts = format_ts(created)
+                stamp: Any = created
+                if sqlite:
+                    # format_ts's text is the same UTC time; it names years below 1000 its
+                    # platform's way, so those are written out as the ordinary path does.
+                    stamp = ts[:10] + " " + ts[11:-1] if len(ts) == 27 else _sqlite_ts(created)
+                got = stamps[created] = (ts, stamp)
+            kind, payload = enc.kind, enc.payload
+            # chain_hash_ts, inline: one call less per event.
+            h = sha256(f"{prev or ''}\n{seq}\n{event_id}\n{kind}\n{got[0]}\n".encode())
+            h.update(payload.encode("utf-8"))
+            prev = h.hexdigest()
+            if type(evt) is not Message:  # a message names no other seq
+                check_references(evt, seq, f"events[{i}].")
+                if isinstance(evt, Prune):
+                    self.prunes.append((seq, evt, created))
+            if i == 0 and key is not None:
+                add_event(
+                    (session_id, seq, event_id, kind, got[1], payload, enc.token_count,
+                     enc.size, key, len(encoded), self.batch_hash, prev)
+                )  # fmt: skip
             else:
-                extra = (None, None, None)
-            row = (
-                session_id, seq, event_id, enc.kind, stamp, enc.payload, enc.token_count,
-                enc.size, *extra, digest,
-            )  # fmt: skip
-            yield row, [(session_id, seq, *_part_keys(r)) for r in enc.part_rows]
+                add_event(
+                    (session_id, seq, event_id, kind, got[1], payload, enc.token_count,
+                     enc.size, None, None, None, prev)
+                )  # fmt: skip
+            for r in enc.part_rows:
+                add_part(
+                    (session_id, seq, r["idx"], r["type"], r["tool_call_id"], r["tool_name"],
+                     r["state"], r["token_count"])
+                )  # fmt: skip
+        if encoded:
+            self.head_hash, self.seq, self.newest = prev, seq, created
+        return event_rows, part_rows
 
 
 def build_rows(
@@ -204,7 +248,6 @@ def _sqlite_row(row: dict[str, Any], cols: tuple[str, ...]) -> tuple[Any, ...]:
 
 
 _event_values = itemgetter(*_EVENT_COLS)
-_part_keys = itemgetter(*_PART_COLS[2:])
 _part_values = itemgetter(*_PART_COLS)
 _CREATED = _EVENT_COLS.index("created_at")
 
@@ -232,16 +275,12 @@ def bulk_insert(conn: Connection, rows: BatchRows) -> datetime:
     driver = conn.connection.driver_connection
     assert driver is not None
     pg = conn.dialect.name == "postgresql"
-    part_rows: list[tuple[Any, ...]] = []
-    event_rows: list[tuple[Any, ...]] = []
     # All rows are made before the first is sent: streaming them into COPY as they are
     # hashed measured no faster (the server keeps pace with psycopg's writes), nor did
     # encoding the events while their rows streamed out (on two cores the encoder and the
     # server backend slowed each other down by more than the overlap saved); and this
     # way a refused event stops the batch before the database has seen any of it.
-    for row, parts_of in rows.tuples(sqlite=not pg):
-        event_rows.append(row)
-        part_rows += parts_of
+    event_rows, part_rows = rows.collect(sqlite=not pg)
     assert rows.newest is not None
     if pg:
         with driver.cursor() as cur:

@@ -178,7 +178,7 @@ def _sqlite_write(
     part_rows: list[tuple[Any, ...]],
 ) -> bool:
     """The statements of a fast append on a ``sqlite3`` connection inside the caller's
-    write transaction (rows as :meth:`~eventstore._bulk.BatchRows.tuples` makes them for
+    write transaction (rows as :meth:`~eventstore._bulk.BatchRows.collect` makes them for
     SQLite); ``False`` (nothing written) when the head moved."""
     newest = event_rows[-1][_CREATED]
     cur = db.execute(_SQLITE_HEAD, (seq, new_hash, newest, session_id, tenant, head, head_hash))
@@ -272,11 +272,7 @@ def try_fast(
         return None  # the ordinary path reports the conflict with the current head
     pg = store.dialect == "postgresql"
     rows = BatchRows(session_id, head, head_hash, encoded, None, None, utcnow())
-    event_rows: list[tuple[Any, ...]] = []
-    part_rows: list[tuple[Any, ...]] = []
-    for row, parts_of in rows.tuples(sqlite=not pg):
-        event_rows.append(row)
-        part_rows += parts_of
+    event_rows, part_rows = rows.collect(sqlite=not pg)
     seq, new_hash = rows.seq, rows.head_hash
     args = (store.tenant, session_id, head, head_hash, seq, new_hash, event_rows, part_rows)
     store._open_schema()

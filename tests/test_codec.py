@@ -274,3 +274,30 @@ def test_an_event_subclass_is_dumped_through_the_union() -> None:
         evt, mode="json", exclude_none=True, exclude={"id", "created_at", "kind"}, warnings=False
     )
     assert encode_event(evt) == _canonical_dumps(data)
+
+
+def test_message_part_rows_are_those_of_count_part_and_part_columns() -> None:
+    from eventstore.codec import encode, part_columns
+    from eventstore.events import FilePart, ProviderPart, ReasoningPart
+    from eventstore.tokens import MESSAGE_OVERHEAD, HeuristicTokenCounter, count_part
+
+    class _Sub(TextPart):
+        pass
+
+    odd = ["", "c" * 300, "nul\x00id", "bad \udc80 id", "é" * 260, "plain"]
+    parts: list[Any] = [TextPart(text="hello"), _Sub(text="sub"), ReasoningPart(text="r")]
+    for v in odd:
+        parts += [
+            ToolCallPart(id=v, name=v, arguments='{"a": 1}'),
+            ToolResultPart(tool_call_id=v, name=v or None, output="out", state="error"),
+        ]
+    parts += [FilePart(data=b"x" * 10, media_type="image/png"), ProviderPart(provider="p", item={})]
+    counter = HeuristicTokenCounter()
+    enc = encode(Message(role="assistant", parts=parts), counter)
+    want = []
+    for i, p in enumerate(parts):
+        row = part_columns(i, p)
+        row["token_count"] = count_part(counter, p)
+        want.append(row)
+    assert enc.part_rows == want
+    assert enc.token_count == MESSAGE_OVERHEAD + sum(r["token_count"] for r in want)

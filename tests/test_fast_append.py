@@ -358,3 +358,41 @@ def test_times_are_stored_alike_on_every_path(db_url: str) -> None:
         read = [e.event.created_at for e in store.read(fast_sid, 2, 4)]
         assert read == [t.astimezone(UTC) for t in times]
         assert store.verify(fast_sid).ok and store.verify(slow_sid).ok
+
+
+@pytest.mark.parametrize("key", [None, "k1"])
+@pytest.mark.parametrize("sqlite", [True, False])
+def test_driver_rows_are_the_dict_rows_in_column_order(key: str | None, sqlite: bool) -> None:
+    from eventstore._bulk import _EVENT_COLS, _PART_COLS, BatchRows, _sqlite_ts
+    from eventstore._encoding import encode_all
+    from eventstore.codec import batch_digest, chain_hash
+    from eventstore.tokens import HeuristicTokenCounter
+
+    old = datetime(987, 6, 5, 4, 3, 2, 1, tzinfo=UTC)  # formatted the platform's way
+    evts: list[Any] = [*_batch(1), Message.user("no time"), *_batch(2)]
+    evts.append(Message(role="user", parts=[TextPart(text="old")], created_at=old, id="x-1"))
+    evts.append(Condensation(forgotten_from=1, forgotten_to=2, summary="s", id="x-2"))
+    evts.append(Prune(targets=[PartRef(seq=1, index=0)]))
+    evts.append(Message.tool("c9", "o", name="ls").model_copy(update={"id": "x-3"}))
+    enc = encode_all(evts, HeuristicTokenCounter(), None, 1 << 30)
+    now = datetime(2025, 1, 2, 3, 4, 5, 6, tzinfo=UTC)
+    digest = batch_digest(enc) if key else None
+    dicts = BatchRows("s1", 7, "h" * 64, enc, key, digest, now)
+    want = list(dicts)
+    rows = BatchRows("s1", 7, "h" * 64, enc, key, digest, now)
+    got_events, got_parts = rows.collect(sqlite)
+    assert (rows.seq, rows.newest) == (dicts.seq, dicts.newest) == (7 + len(evts), now)
+    assert rows.head_hash == got_events[-1][-1]
+    assert [(s, type(e)) for s, e, _ in rows.prunes] == [(s, type(e)) for s, e, _ in dicts.prunes]
+    prev = "h" * 64
+    for (row, _parts), got in zip(want, got_events, strict=True):
+        # Fresh ids differ between the two runs: each row's hash is checked on its own id.
+        row = {**row, "id": got[2], "hash": got[-1]}
+        if sqlite:
+            row["created_at"] = _sqlite_ts(row["created_at"])
+        assert got == tuple(row[c] for c in _EVENT_COLS)
+        created = evts[row["seq"] - 8].created_at or now
+        assert got[-1] == chain_hash(prev, row["seq"], got[2], row["kind"], created, row["payload"])
+        prev = got[-1]
+    want_parts = [tuple(p[c] for c in _PART_COLS) for _, parts_of in want for p in parts_of]
+    assert got_parts == want_parts
