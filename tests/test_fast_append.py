@@ -114,11 +114,13 @@ def test_a_stale_head_falls_back_and_conflicts_stay_typed(db_url: str) -> None:
             a.append(sid, [Message.user("after delete")])
 
 
+@pytest.mark.parametrize("pairs", [20, 33, 70])
 def test_bulk_batches_write_the_same_rows_as_small_appends(
-    db_url: str, monkeypatch: pytest.MonkeyPatch
+    db_url: str, monkeypatch: pytest.MonkeyPatch, pairs: int
 ) -> None:
-    """A batch over ``BULK_MIN`` events goes through the driver (executemany or COPY): the
-    stored rows are byte for byte those of the same events appended in small batches."""
+    """A batch over ``BULK_MIN`` events goes through the driver (multi-row INSERTs or
+    COPY): the stored rows are byte for byte those of the same events appended in small
+    batches. 66 and 140 events cross SQLite's rows-per-INSERT with a remainder."""
     from eventstore import _bulk
 
     calls = 0
@@ -130,7 +132,7 @@ def test_bulk_batches_write_the_same_rows_as_small_appends(
         return real(*args, **kw)
 
     monkeypatch.setattr(_sql, "bulk_insert", counting)
-    events = [m for i in range(20) for m in _batch(i % 60)]
+    events = [m for i in range(pairs) for m in _batch(i % 60)]
     with EventStore(db_url, tenant=f"t-{uuid.uuid4().hex}", upgrade=True) as store:
         bulk_sid, small_sid = str(uuid.uuid4()), str(uuid.uuid4())
         store.create_session(session_id=bulk_sid)
