@@ -182,11 +182,11 @@ class StoreSQL:
 class StoreRows:
     """A diagnostic for batch appends: the exact rows the store writes for a batch (events
     with their hash chain, parts, the head move), made beforehand and sent through the
-    driver in one transaction the way the store's bulk path sends them (``executemany``
-    on SQLite, ``COPY`` on Postgres).
+    driver in one transaction the way the store's bulk path sends them (multi-row
+    ``INSERT``s on SQLite, ``COPY`` on Postgres).
 
     The gap between the raw floor and this is the schema's own cost (two tables, the
-    indexes on ``events``, foreign keys checked row by row); the gap between this and the
+    indexes on ``events``); the gap between this and the
     store is the library's Python work (validation, encoding, hashing, SQLAlchemy).
     """
 
@@ -248,8 +248,8 @@ class StoreRows:
         c = self.conn
         c.execute("BEGIN IMMEDIATE")
         c.execute("SELECT head_seq FROM sessions WHERE id = ?", (self.sid,)).fetchone()
-        c.executemany(_bulk._EV_SQLITE, ev)
-        c.executemany(_bulk._PT_SQLITE, pt)
+        _bulk._insert_sqlite(c, _bulk._EV_SQLITE, ev)
+        _bulk._insert_sqlite(c, _bulk._PT_SQLITE, pt)
         c.execute(
             "UPDATE sessions SET head_seq = ?, head_hash = ?, updated_at = ? WHERE id = ?",
             (self.head, self.head_hash, newest, self.sid),
