@@ -31,6 +31,7 @@ from eventstore.codec import (
     canonical_json_bytes,
     encode_event,
 )
+from eventstore.errors import InvalidEventError
 from eventstore.events import (
     FilePart,
     Message,
@@ -397,3 +398,64 @@ def test_corpus_payloads_equal_the_general_path() -> None:
                 _assert_same(evt)
                 json.loads(encode_event(evt))
     assert total and fast > total // 2
+
+
+# --------------------------------------------------------------------------- read-back proof
+
+
+@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(messages)
+def test_a_payload_proven_to_read_back_reads_back(msg: Message) -> None:
+    """What the fast path marks as proven needs no read-back parse: the parse it skips
+    never fails on it (and whatever is not proven still gets the parse)."""
+    try:
+        text, _size, proven = codec._payload_proven(msg)
+    except Exception:  # refused by the general path (NaN, surrogates...): never proven
+        return
+    if proven:
+        codec.read_back("message", text, msg.created_at)  # raises if the claim is wrong
+        assert codec.decode_event("message", text, "0", datetime.now(UTC)).kind == "message"
+
+
+@pytest.mark.parametrize(("field", "value"), _bad_values(), ids=lambda v: repr(v)[:30])
+def test_a_field_assigned_another_type_is_not_proven(field: str, value: Any) -> None:
+    msg = Message(role="user", parts=[TextPart(text="hi")])
+    setattr(msg, field, value)
+    try:
+        proven = codec._payload_proven(msg)[2]
+    except InvalidEventError:
+        return  # refused outright (a NaN)
+    assert not proven
+
+
+def test_a_naive_created_at_is_not_proven_and_is_refused(tmp_path: Any) -> None:
+    from eventstore import EventStore
+    from eventstore.errors import InvalidEventError
+
+    msg = Message.user("hi")
+    assert codec._payload_proven(msg)[2]
+    msg.created_at = datetime(2026, 1, 1)  # naive: models do not validate on assignment
+    assert not codec._payload_proven(msg)[2]
+    with EventStore(f"sqlite:///{tmp_path / 'n.db'}") as store:
+        sid = store.create_session().id
+        with pytest.raises(InvalidEventError, match="timezone"):
+            store.append(sid, [msg])
+        assert store.head(sid) == 0
+
+
+def test_a_validator_or_constraint_turns_the_proof_off() -> None:
+    from pydantic import Field, field_validator
+
+    class Checked(TextPart):
+        @field_validator("text")
+        @classmethod
+        def _short(cls, v: str) -> str:
+            return v
+
+    class Bounded(TextPart):
+        text: str = Field(max_length=3)
+
+    assert codec._READ_BACK_PROVEN
+    assert codec._validates_types_only(Message) and codec._validates_types_only(TextPart)
+    assert not codec._validates_types_only(Checked)
+    assert not codec._validates_types_only(Bounded)
