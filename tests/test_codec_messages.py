@@ -422,7 +422,9 @@ def test_a_field_assigned_another_type_is_not_proven(field: str, value: Any) -> 
     msg = Message(role="user", parts=[TextPart(text="hi")])
     setattr(msg, field, value)
     try:
-        proven = codec._payload_proven(msg)[2]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the serializer warns about such values
+            proven = codec._payload_proven(msg)[2]
     except InvalidEventError:
         return  # refused outright (a NaN)
     assert not proven
