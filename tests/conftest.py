@@ -213,6 +213,17 @@ def empty_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
 
 
 @pytest.fixture
+def pg_url() -> Iterator[str]:
+    """A freshly created, empty Postgres database (the test is skipped without Postgres,
+    or fails when it is required)."""
+    url = fresh_pg_database()
+    try:
+        yield url
+    finally:
+        drop_pg_database(url)
+
+
+@pytest.fixture
 def own_db(db_url: str) -> Iterator[str]:
     """A database this test may tamper with: the per-test SQLite file or a fresh Postgres."""
     if db_url.startswith("sqlite"):

@@ -7,7 +7,6 @@ index; and the rebuild (SQLite) or the in-place change (Postgres) keeps every by
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -18,7 +17,6 @@ from eventstore.errors import EventStoreError, IdempotencyMismatchError
 from eventstore.events import Condensation, Message
 from eventstore.migrate import check, current_revision, downgrade, upgrade
 from eventstore.schema import SCHEMA_REVISION
-from tests.conftest import drop_pg_database, fresh_pg_database
 from tests.test_scaling import _all_verify, _seed
 
 
@@ -173,15 +171,6 @@ def test_the_rare_kind_probes_use_the_partial_index(store: EventStore) -> None:
         ).scalar_one()
     assert counted == 1  # what the kind index holds of this session: the condensation
     assert store.view(sid).summary == "s"
-
-
-@pytest.fixture
-def pg_url() -> Iterator[str]:
-    url = fresh_pg_database()
-    try:
-        yield url
-    finally:
-        drop_pg_database(url)
 
 
 def test_partitioning_keeps_the_payload_compression(pg_url: str) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from conftest import REQUIRE_PG, drop_pg_database, fresh_pg_database
+from conftest import REQUIRE_PG
 from sqlalchemy import create_engine, text
 
 from eventstore import (
@@ -41,15 +41,6 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks.replica_cluster import ClusterError, ReplicaCluster, find_bin_dir  # noqa: E402
-
-
-@pytest.fixture
-def pg_url() -> Iterator[str]:
-    url = fresh_pg_database()
-    try:
-        yield url
-    finally:
-        drop_pg_database(url)
 
 
 def _tool_turn(store: EventStore, sid: str, n: int) -> None:
