@@ -49,7 +49,7 @@ from .codec import decode_row
 from .errors import InvalidEventError
 from .events import Condensation, Prune
 from .records import StoredEvent
-from .schema import RARE_KIND, events, fork_compactions, kind_is, parts
+from .schema import events, fork_compactions, kind_is, kind_sql, parts
 from .views import PartState, ViewRows
 
 __all__ = ["view_rows", "view_rows_at_once"]
@@ -231,7 +231,7 @@ def _build(q: _Query, segs: list[Segment], segments: Sequence[Segment], as_of: i
     ``g`` of its segment (in ``segs``, or in ``segments`` for fork compactions)."""
     probe = [
         f"SELECT * FROM (SELECT {g} AS g, {_EV} FROM events WHERE session_id = {q.p(s.owner)} "
-        f"AND kind = 'condensation' AND {RARE_KIND} AND seq >= {q.p(s.lo)} AND seq <= {q.p(s.hi)} "
+        f"AND {kind_sql('condensation')} AND seq >= {q.p(s.lo)} AND seq <= {q.p(s.hi)} "
         f"ORDER BY seq DESC LIMIT 1) AS c{g}"
         for g, s in enumerate(segs)
     ]
@@ -248,34 +248,34 @@ def _build(q: _Query, segs: list[Segment], segments: Sequence[Segment], as_of: i
     after_cond = "(SELECT cs FROM b) + 1"
     ev_nulls = q.nulls("INTEGER", "INTEGER", "BIGINT", "TEXT")
     for g, s in enumerate(segs):
-        where = f"session_id = {q.p(s.owner)} AND kind = 'message'"
+        where = f"session_id = {q.p(s.owner)} AND {kind_sql('message')}"
         q.branches.append(
             f"SELECT 'p', {g}, {_EV}, {ev_nulls} {q.at_pins('events', where, s.lo, s.hi)}"
         )
     for g, s in enumerate(segs):
         q.branches.append(
             f"SELECT 't', {g}, {_EV}, {ev_nulls} FROM events WHERE session_id = {q.p(s.owner)} "
-            f"AND kind = 'message' AND seq >= {q.greatest(q.p(s.lo), tail_lo)} "
+            f"AND {kind_sql('message')} AND seq >= {q.greatest(q.p(s.lo), tail_lo)} "
             f"AND seq <= {q.p(s.hi)}"
         )
     for g, s in enumerate(segs):
         q.branches.append(
             f"SELECT 'r', {g}, {_EV}, {ev_nulls} FROM events WHERE session_id = {q.p(s.owner)} "
-            f"AND kind = 'condensation_request' AND {RARE_KIND} "
+            f"AND {kind_sql('condensation_request')} "
             f"AND seq >= {q.greatest(q.p(s.lo), after_cond)} AND seq <= {q.p(s.hi)}"
         )
     for g, s in enumerate(segs):
         # The tail's prunes that hide parts whole: they may replace a truncation.
         q.branches.append(
             f"SELECT 'x', {g}, {_EV}, {ev_nulls} FROM events WHERE session_id = {q.p(s.owner)} "
-            f"AND kind = 'prune' AND {RARE_KIND} AND seq >= {q.greatest(q.p(s.lo), tail_lo)} "
+            f"AND {kind_sql('prune')} AND seq >= {q.greatest(q.p(s.lo), tail_lo)} "
             f"AND seq <= {q.p(s.hi)} AND payload NOT LIKE {q.literal(_KEEP_LIKE)}"
         )
     for tag, kind, match in (("b", "custom", True), ("l", "llm_call", False)):
         for g, s in enumerate(segs):
             q.branches.append(
                 f"SELECT * FROM (SELECT '{tag}' AS src, {g} AS g, {_EV}, {ev_nulls} FROM events "
-                f"WHERE session_id = {q.p(s.owner)} AND kind = '{kind}' AND {RARE_KIND} "
+                f"WHERE session_id = {q.p(s.owner)} AND {kind_sql(kind)} "
                 f"AND seq >= {q.greatest(q.p(s.lo), after_cond)} AND seq <= {q.p(s.hi)}"
                 f"{f' AND payload LIKE {q.literal(_BREAKER_LIKE)}' if match else ''} "
                 f"ORDER BY seq DESC LIMIT 1) AS {tag}{g}"

@@ -46,6 +46,7 @@ __all__ = [
     "SCHEMA_REVISION",
     "RARE_KIND",
     "kind_is",
+    "kind_sql",
     "trigger_ddl",
     "drop_trigger_ddl",
     "feed_trigger_ddl",
@@ -202,6 +203,14 @@ def kind_is(kind: str) -> ColumnElement[bool]:
     if kind == "message":
         return events.c.kind == kind
     return and_(events.c.kind == kind, text(RARE_KIND))
+
+
+def kind_sql(kind: str) -> str:
+    """:func:`kind_is` as SQL text, for statements written as text (``kind`` is a name
+    from the code, never a caller's value)."""
+    if not kind.isidentifier():
+        raise ValueError(f"not an event kind: {kind!r}")
+    return f"kind = '{kind}'" + ("" if kind == "message" else f" AND {RARE_KIND}")
 
 
 # A fork shares its parent's rows, so it cannot stamp them: the parent's view would change.
