@@ -50,7 +50,6 @@ from ._bulk import (
 from ._engine import busy_error
 from .codec import Encoded
 from .events import Prune, utcnow
-from .records import AppendResult
 
 __all__ = ["eligible", "close_driver_slot", "DriverSlot", "HeadCache", "try_fast"]
 
@@ -260,10 +259,10 @@ def try_fast(
     encoded: list[Encoded],
     expected_seq: int | None,
     idempotency_key: str | None,
-) -> AppendResult | None:
-    """The fast path for ``store`` (an :class:`~eventstore.EventStore`), or ``None`` when
-    the batch or the remembered head does not allow it (the caller takes the ordinary
-    path then)."""
+) -> tuple[list[int], int, str | None] | None:
+    """The fast path for ``store`` (an :class:`~eventstore.EventStore`): the seqs written,
+    the new head seq and hash; or ``None`` when the batch or the remembered head does not
+    allow it (the caller takes the ordinary path then)."""
     cached = store._heads.get(session_id)
     if cached is None or not eligible(encoded, idempotency_key):
         return None
@@ -298,7 +297,7 @@ def try_fast(
             store._heads.drop(session_id)
             return None
         store._heads.put(session_id, seq, new_hash)
-    return AppendResult(seqs=list(range(head + 1, seq + 1)), head_seq=seq, head_hash=new_hash)
+    return list(range(head + 1, seq + 1)), seq, new_hash
 
 
 class _LostConnection(Exception):

@@ -381,9 +381,11 @@ class EventStore(
             idempotency_key: Repeating an append with the same key returns the seqs of the
                 first one and writes nothing.
         """
-        return self.append_result(
-            session_id, events, expected_seq=expected_seq, idempotency_key=idempotency_key
-        ).seqs
+        _check_int("expected_seq", expected_seq)
+        encoded = self._encode(events)
+        if (fast := try_fast(self, session_id, encoded, expected_seq, idempotency_key)) is not None:
+            return fast[0]  # no result model built for the seqs alone
+        return self._append(session_id, encoded, expected_seq, idempotency_key).seqs
 
     def append_result(
         self,
@@ -397,7 +399,18 @@ class EventStore(
         _check_int("expected_seq", expected_seq)
         encoded = self._encode(events)
         if (fast := try_fast(self, session_id, encoded, expected_seq, idempotency_key)) is not None:
-            return fast
+            seqs, head_seq, head_hash = fast
+            return AppendResult(seqs=seqs, head_seq=head_seq, head_hash=head_hash)
+        return self._append(session_id, encoded, expected_seq, idempotency_key)
+
+    def _append(
+        self,
+        session_id: str,
+        encoded: list[Encoded],
+        expected_seq: int | None,
+        idempotency_key: str | None,
+    ) -> AppendResult:
+        """The ordinary append path: one write transaction through SQLAlchemy."""
         try:
             result = self._run(
                 _sql.append, self.tenant, session_id, encoded, write=True,
