@@ -59,6 +59,10 @@ def resolve_url(url: str | None, *, async_: bool = False) -> str:
     return u.render_as_string(hide_password=False)
 
 
+#: How long a Postgres writer waits for a lock before giving up (``lock_timeout_ms``).
+DEFAULT_LOCK_TIMEOUT_MS = 5_000
+
+
 def display_url(url: str) -> str:
     return make_url(url).render_as_string(hide_password=True)
 

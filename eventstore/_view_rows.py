@@ -46,6 +46,7 @@ from ._sql import (
     row_to_stored,
 )
 from .codec import decode_row
+from .distribution import is_distributed
 from .errors import InvalidEventError
 from .events import Condensation, Prune
 from .records import StoredEvent
@@ -333,7 +334,7 @@ def _in_one_query(
     """The view's rows from one statement, or ``None`` when this driver has no such
     statement or the condensation's payload is not what the statement could read."""
     placeholder = _PLACEHOLDERS.get(conn.dialect.driver)
-    if placeholder is None:
+    if placeholder is None or is_distributed(conn):
         return None
     q = _Query(conn.dialect.name == "postgresql", placeholder)
     segs = clip(segments, 1, seq)
@@ -545,6 +546,8 @@ def view_rows_at_once(
     forks = _FORKS if forks is None else forks
     placeholder = _PLACEHOLDERS.get(conn.dialect.driver)
     if placeholder is None or session_id in forks or (as_of is not None and as_of < 1):
+        return None
+    if is_distributed(conn):
         return None
     _check_lookup(tenant, session_id)
     bound = _NO_BOUND if as_of is None else as_of

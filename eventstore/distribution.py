@@ -6,6 +6,8 @@ one session to another, so a session and everything in it can live on one shard:
 
 * **Citus** (:func:`distribute_citus`): the session tables become distributed tables on
   the session column, co-located, so an append, a read and a view each touch one worker.
+  A store finds out it runs on distributed tables (:func:`is_distributed`) and then reads
+  views statement by statement and sets its lock timeout per write transaction.
   The tenant-wide tables are distributed by their own keys (``session_keys`` by the name's
   digest, ``blobs`` by content digest, ``feed`` by tenant) and the small global ones
   become reference tables.
@@ -24,13 +26,16 @@ import re
 from sqlalchemy import text
 from sqlalchemy.engine import Connection, Engine
 
+from ._engine import DEFAULT_LOCK_TIMEOUT_MS
 from .errors import SchemaError
 from .schema import SCHEMA_REVISION
 
 __all__ = [
     "SESSION_TABLES",
     "citus_available",
+    "citus_preloaded",
     "distribute_citus",
+    "is_distributed",
     "partition_by_session",
     "partitions_of",
     "is_partition_name",
@@ -85,12 +90,49 @@ def _require_postgres_at_head(conn: Connection, what: str) -> None:
         )
 
 
+def citus_preloaded(shared_preload_libraries: str) -> bool:
+    """Whether a ``shared_preload_libraries`` setting loads Citus (the only way it runs)."""
+    names = (n.strip().strip('"').strip() for n in shared_preload_libraries.split(","))
+    return any(n.rsplit("/", 1)[-1] in ("citus", "citus.so") for n in names)
+
+
 def citus_available(conn: Connection) -> bool:
     """Whether the server can load the ``citus`` extension."""
     if conn.dialect.name != "postgresql":
         return False
     found = conn.execute(text("SELECT 1 FROM pg_available_extensions WHERE name = 'citus'")).first()
     return found is not None
+
+
+#: Key in a pooled connection's ``info``: whether its database's events are distributed.
+_DISTRIBUTED = "eventstore.distributed"
+
+
+def is_distributed(conn: Connection) -> bool:
+    """Whether ``events`` is a Citus distributed table in ``conn``'s database, asked once
+    per pooled connection (a connection opened after ``db distribute`` sees it).
+
+    Statements that combine several reads through CTEs are planned by Citus only when it
+    can push them to one shard; on a distributed store the reads that use them go
+    statement by statement instead, each routed to the session's worker."""
+    if conn.dialect.name != "postgresql":
+        return False
+    known = conn.info.get(_DISTRIBUTED)
+    if known is None:
+        known = bool(
+            conn.exec_driver_sql(
+                "SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus')"
+            ).scalar()
+        )
+        if known:  # pg_dist_partition exists only where the extension is created
+            known = bool(
+                conn.exec_driver_sql(
+                    "SELECT EXISTS (SELECT 1 FROM pg_dist_partition "
+                    "WHERE logicalrelid = to_regclass('events'))"
+                ).scalar()
+            )
+        conn.info[_DISTRIBUTED] = known
+    return known
 
 
 def distribute_citus(engine: Engine) -> list[str]:
@@ -109,6 +151,16 @@ def distribute_citus(engine: Engine) -> list[str]:
                 "distributed over worker nodes. Install Citus on the server (and add it to "
                 "shared_preload_libraries), or run `eventstore db distribute --partition N` "
                 "to hash-partition events and parts by session on this one server"
+            )
+        preload = str(conn.exec_driver_sql("SHOW shared_preload_libraries").scalar())
+        if not citus_preloaded(preload):
+            here = f"set to {preload!r}" if preload else "empty"
+            raise SchemaError(
+                "the citus extension is installed on this Postgres server but not loaded: "
+                f"Citus runs only from shared_preload_libraries ({here} here). Add 'citus' "
+                "to shared_preload_libraries in postgresql.conf on the coordinator and every "
+                "worker, restart them, add the workers (SELECT citus_add_node(...)), then run "
+                "this again"
             )
         present = {
             r[0]
@@ -136,6 +188,15 @@ def distribute_citus(engine: Engine) -> list[str]:
                 f"SELECT create_distributed_table('{table}', '{column}', colocate_with => 'none')"
             )
         statements += [f"SELECT create_reference_table('{t}')" for t in _REFERENCE_TABLES]
+        # The connections Citus opens to the workers take the database's defaults, which
+        # Citus copies to every node: a store sets its lock_timeout for each write (and Citus
+        # passes that on), and this default is the backstop for a session that does not (a
+        # store opened before the tables were distributed, another client). Without it, a
+        # write blocked by a lock on a worker would wait there without limit.
+        name = conn.dialect.identifier_preparer.quote(
+            str(conn.exec_driver_sql("SELECT current_database()").scalar())
+        )
+        statements.append(f"ALTER DATABASE {name} SET lock_timeout = {DEFAULT_LOCK_TIMEOUT_MS}")
         for sql in statements:
             conn.exec_driver_sql(sql)
         return statements

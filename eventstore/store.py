@@ -34,6 +34,7 @@ from . import _blobs, _purge, _sql
 from ._checks import check_int as _check_int
 from ._encoding import MAX_COUNT, encode_all
 from ._engine import (
+    DEFAULT_LOCK_TIMEOUT_MS,
     DEFAULT_URL,
     Timeouts,
     configure_postgres,
@@ -52,6 +53,7 @@ from ._sessions import SessionMethods, audit_for_async, read_event_expanded, rea
 from ._twins import awaitable, calibrated_tokens, record_llm_call, streaming
 from ._view_rows import view_rows, view_rows_at_once
 from .codec import Encoded, check_text
+from .distribution import is_distributed
 from .errors import (
     ConfigurationError,
     ConflictError,
@@ -78,7 +80,6 @@ __all__ = [
 
 DEFAULT_MAX_EVENT_BYTES = 32 * 1024 * 1024
 DEFAULT_BLOB_THRESHOLD = 64 * 1024
-DEFAULT_LOCK_TIMEOUT_MS = 5_000
 _MAX_INT = 2**63 - 1  # the widest integer both backends bind
 T = TypeVar("T")
 
@@ -226,6 +227,11 @@ class EventStore(
                     upgrade_if_behind=self._schema_pending,
                     display_url=display_url(self.url),
                 )
+                if self.dialect == "postgresql" and not self._lock_local:
+                    with self.engine.connect() as conn:
+                        # On Citus the connection's lock_timeout stays on the coordinator:
+                        # each write sets it for its transaction instead (see _tx).
+                        self._lock_local = is_distributed(conn)
             except DBAPIError as exc:
                 self.engine.dispose()
                 raise map_db_error(exc, self._timeouts) from None
@@ -271,6 +277,10 @@ class EventStore(
                     conn = conn.execution_options(sqlite_begin="IMMEDIATE")
                 with conn.begin():
                     if write and self._lock_local:
+                        if is_distributed(conn):
+                            # Citus writes on its own connections to the workers: a
+                            # SET LOCAL reaches them only when it is told to pass it on.
+                            conn.exec_driver_sql("SET LOCAL citus.propagate_set_commands = local")
                         ms = self._timeouts.lock_timeout_ms
                         conn.exec_driver_sql(f"SET LOCAL lock_timeout = {ms}")
                     yield conn

@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 from conftest import REQUIRE_PG
-from sqlalchemy import create_engine, text
+from sqlalchemy import create_engine, event, text
+from sqlalchemy.engine import Engine
 
 from eventstore import (
     AsyncEventStore,
@@ -29,10 +30,16 @@ from eventstore import (
     Prune,
     SessionExistsError,
     ToolCallPart,
+    _view_rows,
 )
 from eventstore._replica import parse_lsn
 from eventstore.cli import cli
-from eventstore.distribution import SESSION_TABLES, partitions_of
+from eventstore.distribution import (
+    SESSION_TABLES,
+    citus_preloaded,
+    is_distributed,
+    partitions_of,
+)
 from eventstore.migrate import check, current_revision, downgrade, upgrade
 from eventstore.schema import SCHEMA_REVISION, metadata
 
@@ -158,6 +165,85 @@ def test_distribute_on_sqlite_explains_and_fails(tmp_path: Path) -> None:
     assert result.exit_code == 1
     assert "SQLite database is one file on one machine" in result.output
     assert "Postgres" in result.output
+
+
+@pytest.mark.parametrize(
+    ("setting", "loaded"),
+    [
+        ("", False),
+        ("citus", True),
+        ("pg_stat_statements, citus", True),
+        ('"citus" ,auto_explain', True),
+        ("$libdir/citus", True),
+        ("citus_columnar", False),
+        ("pg_stat_statements", False),
+    ],
+)
+def test_citus_runs_only_from_shared_preload_libraries(setting: str, loaded: bool) -> None:
+    assert citus_preloaded(setting) is loaded
+
+
+def test_plain_databases_are_not_distributed(tmp_path: Path, pg_url: str) -> None:
+    for url in (f"sqlite:///{tmp_path / 'one.db'}", pg_url):
+        EventStore(url, upgrade=True).close()
+        engine = create_engine(url)
+        try:
+            with engine.connect() as conn:
+                assert is_distributed(conn) is False
+                if url == pg_url:  # asked once per pooled connection
+                    assert conn.info["eventstore.distributed"] is False
+        finally:
+            engine.dispose()
+
+
+def test_a_store_on_distributed_tables_reads_and_writes_statement_by_statement(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Citus plans the combined view statements only when it can send them whole to one
+    shard: on a distributed store views go statement by statement, and every write sets
+    its lock timeout for the transaction (what Citus passes on to the workers). Here the
+    connections are marked as a Citus database would find them, on plain Postgres."""
+    plain = EventStore(pg_url, upgrade=True)
+    ids = _seed(plain)
+
+    def _as_on_citus(_dbapi_conn: Any, record: Any) -> None:
+        record.info["eventstore.distributed"] = True
+
+    # Every engine made from here on: the store opens its schema as it is made.
+    event.listen(Engine, "connect", _as_on_citus)
+    try:
+        dist = EventStore(pg_url)
+    finally:
+        event.remove(Engine, "connect", _as_on_citus)
+    sent: list[str] = []
+    combined: list[bool] = []  # per combined statement sent: whether by the marked store
+    fetch = _view_rows._fetch
+
+    def _spy(conn: Any, *args: Any, **kwargs: Any) -> Any:
+        combined.append(conn.engine is dist.engine)
+        return fetch(conn, *args, **kwargs)
+
+    monkeypatch.setattr(_view_rows, "_fetch", _spy)
+
+    @event.listens_for(dist.engine, "before_cursor_execute")
+    def _record(_conn: Any, _cur: Any, statement: str, *_args: Any) -> None:
+        sent.append(statement)
+
+    try:
+        _tool_turn(dist, ids["a"], 9)  # an ordinary append, then the fast path's
+        dist.append(ids["a"], [Message.user("fast")])
+        assert dist._lock_local
+        assert sum("citus.propagate_set_commands" in s for s in sent) == 2
+        assert sum("SET LOCAL lock_timeout" in s for s in sent) == 2
+        for sid in ids.values():
+            head = plain.head(sid)
+            for as_of in range(1, head + 1):
+                want = plain.view(sid, as_of=as_of).to_messages()
+                assert dist.view(sid, as_of=as_of).to_messages() == want
+        assert combined and not any(combined)  # only the plain store's views used them
+    finally:
+        dist.close()
+        plain.close()
 
 
 def test_distribute_without_citus_explains_and_fails(pg_url: str) -> None:
