@@ -113,6 +113,8 @@ def _truncations(
 
 #: Drivers the combined query is written for, and their placeholder.
 _PLACEHOLDERS = {"pysqlite": "?", "psycopg": "%s"}
+#: The SQLSTATE Citus raises for a statement it cannot plan.
+_FEATURE_NOT_SUPPORTED = "0A000"
 
 _EV = "seq, id, kind, created_at, payload, token_count, hash"
 #: Where the condensation's ``forgotten_to`` and ``pinned`` are in its payload. Canonical
@@ -162,15 +164,18 @@ class _Query:
     longer than running it.
     """
 
-    def __init__(self, pg: bool, placeholder: str) -> None:
+    def __init__(self, pg: bool, placeholder: str, inline: bool = False) -> None:
         self.pg = pg
         self.ph = placeholder
+        # Parameters written where they are used on Postgres too: Citus sends a statement
+        # whole to one shard only when each condition shows it the session's value.
+        self.inline = inline
         self.params: list[Any] = []
         self.branches: list[str] = []
 
     def p(self, value: Any) -> str:
         self.params.append(value)
-        if self.pg:
+        if self.pg and not self.inline:
             return f"(SELECT p{len(self.params) - 1} FROM a)"
         return self.ph
 
@@ -181,7 +186,7 @@ class _Query:
 
     def text(self, sql: str) -> str:
         """``sql`` (a ``WITH`` statement built with :meth:`p`) as it is sent."""
-        if not self.pg:
+        if not self.pg or self.inline:
             return sql
         cols = ", ".join(
             f"CAST({self.ph} AS {_sql_type(v)}) AS p{i}" for i, v in enumerate(self.params)
@@ -490,10 +495,13 @@ _FORKS_KEPT = 4096
 
 
 @functools.cache
-def _alone_statement(pg: bool, placeholder: str) -> tuple[str, tuple[Any, ...]]:
+def _alone_statement(
+    pg: bool, placeholder: str, inline: bool = False
+) -> tuple[str, tuple[Any, ...]]:
     """The statement :func:`view_rows_at_once` sends, and its parameters with
-    :class:`_Slot` where the session, tenant and upper bound go (built once per driver)."""
-    q = _Query(pg, placeholder)
+    :class:`_Slot` where the session, tenant and upper bound go (built once per driver;
+    ``inline``: see :class:`_Query`)."""
+    q = _Query(pg, placeholder, inline)
     session, bound = cast(str, _SESSION), cast(int, _BOUND)
     segs = [Segment(session, 1, bound)]
     sql = _build(q, segs, segs, bound)
@@ -547,15 +555,19 @@ def view_rows_at_once(
     placeholder = _PLACEHOLDERS.get(conn.dialect.driver)
     if placeholder is None or session_id in forks or (as_of is not None and as_of < 1):
         return None
-    if is_distributed(conn):
-        return None
     _check_lookup(tenant, session_id)
     bound = _NO_BOUND if as_of is None else as_of
     pg = conn.dialect.name == "postgresql"
-    sql, template = _alone_statement(pg, placeholder)
+    distributed = is_distributed(conn)
+    sql, template = _alone_statement(pg, placeholder, distributed)
     values = {_SESSION: session_id, _TENANT: tenant, _BOUND: bound}
     params = [values.get(p, p) for p in template]
-    by = _fetch(conn, pg, sql, params, alone=True)
+    try:
+        by = _fetch(conn, pg, sql, params, alone=True)
+    except Exception as exc:
+        if distributed and getattr(exc, "sqlstate", None) == _FEATURE_NOT_SUPPORTED:
+            return None  # this Citus could not send it to one shard: statement by statement
+        raise
     if by is None:
         return None
     session = by.get("s")

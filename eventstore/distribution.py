@@ -6,8 +6,9 @@ one session to another, so a session and everything in it can live on one shard:
 
 * **Citus** (:func:`distribute_citus`): the session tables become distributed tables on
   the session column, co-located, so an append, a read and a view each touch one worker.
-  A store finds out it runs on distributed tables (:func:`is_distributed`) and then reads
-  views statement by statement and sets its lock timeout per write transaction.
+  A store finds out it runs on distributed tables (:func:`is_distributed`) and then
+  writes its view statements so that Citus can route them, and sets its lock timeout per
+  write transaction.
   The tenant-wide tables are distributed by their own keys (``session_keys`` by the name's
   digest, ``blobs`` by content digest, ``feed`` by tenant) and the small global ones
   become reference tables.
@@ -112,9 +113,10 @@ def is_distributed(conn: Connection) -> bool:
     """Whether ``events`` is a Citus distributed table in ``conn``'s database, asked once
     per pooled connection (a connection opened after ``db distribute`` sees it).
 
-    Statements that combine several reads through CTEs are planned by Citus only when it
-    can push them to one shard; on a distributed store the reads that use them go
-    statement by statement instead, each routed to the session's worker."""
+    Citus sends a statement whole to the session's worker only when each condition shows
+    it the session's value: on a distributed store a view's one statement names its
+    parameters where they are used, a fork's view (two sessions) goes statement by
+    statement, and each write sets its lock timeout for its transaction."""
     if conn.dialect.name != "postgresql":
         return False
     known = conn.info.get(_DISTRIBUTED)

@@ -196,13 +196,15 @@ def test_plain_databases_are_not_distributed(tmp_path: Path, pg_url: str) -> Non
             engine.dispose()
 
 
-def test_a_store_on_distributed_tables_reads_and_writes_statement_by_statement(
+def test_a_store_on_distributed_tables_reads_views_citus_can_route(
     pg_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Citus plans the combined view statements only when it can send them whole to one
-    shard: on a distributed store views go statement by statement, and every write sets
-    its lock timeout for the transaction (what Citus passes on to the workers). Here the
-    connections are marked as a Citus database would find them, on plain Postgres."""
+    """Citus sends a statement whole to one shard only when each condition shows it the
+    session's value: on a distributed store a view's one statement names its parameters
+    where they are used (not through a row of parameters), a fork's view (two sessions)
+    goes statement by statement, and every write sets its lock timeout for the transaction
+    (what Citus passes on to the workers). Here the connections are marked as a Citus
+    database would find them, on plain Postgres; the views must equal the plain store's."""
     plain = EventStore(pg_url, upgrade=True)
     ids = _seed(plain)
 
@@ -216,12 +218,12 @@ def test_a_store_on_distributed_tables_reads_and_writes_statement_by_statement(
     finally:
         event.remove(Engine, "connect", _as_on_citus)
     sent: list[str] = []
-    combined: list[bool] = []  # per combined statement sent: whether by the marked store
+    fetched: list[tuple[bool, str, list[Any]]] = []  # (by the marked store, sql, params)
     fetch = _view_rows._fetch
 
-    def _spy(conn: Any, *args: Any, **kwargs: Any) -> Any:
-        combined.append(conn.engine is dist.engine)
-        return fetch(conn, *args, **kwargs)
+    def _spy(conn: Any, pg: bool, sql: str, params: list[Any], **kwargs: Any) -> Any:
+        fetched.append((conn.engine is dist.engine, sql, params))
+        return fetch(conn, pg, sql, params, **kwargs)
 
     monkeypatch.setattr(_view_rows, "_fetch", _spy)
 
@@ -240,7 +242,12 @@ def test_a_store_on_distributed_tables_reads_and_writes_statement_by_statement(
             for as_of in range(1, head + 1):
                 want = plain.view(sid, as_of=as_of).to_messages()
                 assert dist.view(sid, as_of=as_of).to_messages() == want
-        assert combined and not any(combined)  # only the plain store's views used them
+        ours = [(sql, params) for by_dist, sql, params in fetched if by_dist]
+        theirs = [sql for by_dist, sql, _ in fetched if not by_dist]
+        assert ours and theirs
+        assert all("WITH a AS" in sql for sql in theirs)
+        assert not any("WITH a AS" in sql for sql, _ in ours)
+        assert all(ids["fork"] not in params for _, params in ours)
     finally:
         dist.close()
         plain.close()
