@@ -1,6 +1,7 @@
 """Scaling measures: the session-partitioned schema against the plain one, and replica reads.
 
     python -m benchmarks.scaling [--sessions 400] [--events 50] [--ops 400] [--partitions 8]
+    python -m benchmarks.scaling --citus URL [--sessions 400] [--events 50] [--ops 400]
 
 Part 1 runs on the machine's Postgres (``EVENTSTORE_BENCH_PG_URL``, default a database
 named ``eventstore_bench_scaling`` on 127.0.0.1): it fills a plain database and a copy
@@ -8,7 +9,9 @@ partitioned by ``eventstore db distribute --partition N`` with the same sessions
 times single-event appends (fast path) and views on random sessions. Part 2 starts a
 throwaway primary with a streaming replica (``benchmarks.replica_cluster``) and times a
 view on the primary, on the replica when it is already caught up, and on the replica
-right after the same store's append (the read-your-writes wait). Prints Markdown.
+right after the same store's append (the read-your-writes wait). With ``--citus`` it
+runs only the fill, appends and views of part 1, on a Citus coordinator's database,
+distributed by session. Prints Markdown.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from typing import Any
 from sqlalchemy import create_engine
 
 from eventstore import EventStore, Message, ToolCallPart
-from eventstore.distribution import partition_by_session
+from eventstore.distribution import distribute_citus, partition_by_session
 
 from .harness import median, percentile
 from .raw import fresh_pg_database
@@ -137,16 +140,49 @@ def replica_reads(ops: int) -> list[str]:
         cluster.stop()
 
 
+def on_citus(url: str, sessions: int, events: int, ops: int) -> list[str]:
+    """The same fill and measures on a Citus coordinator: ``url`` names an empty database
+    with the ``citus`` extension created and its workers added, which this upgrades and
+    distributes as ``eventstore db distribute`` does."""
+    EventStore(url, upgrade=True).close()
+    engine = create_engine(url)
+    try:
+        distribute_citus(engine)
+        with engine.connect() as conn:
+            workers = conn.exec_driver_sql(
+                "SELECT count(*) FROM citus_get_active_worker_nodes()"
+            ).scalar()
+    finally:
+        engine.dispose()
+    with EventStore(url) as store:
+        ids = _fill(store, sessions, events)
+        for sid in ids:
+            store.append(sid, [Message.user("warm")])
+        appends, views = _append_and_view(store, ids, ops)
+    label = f"citus ({workers} worker{'s' if workers != 1 else ''})"
+    return [_row(f"{label}: append 1 event", appends), _row(f"{label}: view", views)]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sessions", type=int, default=400)
     ap.add_argument("--events", type=int, default=48)
     ap.add_argument("--ops", type=int, default=1000)
     ap.add_argument("--partitions", type=int, default=8)
+    ap.add_argument(
+        "--citus",
+        metavar="URL",
+        help="measure on this Citus coordinator database instead (empty, with the citus "
+        "extension created and its workers added; it is upgraded and distributed)",
+    )
     args = ap.parse_args()
     url = os.environ.get("EVENTSTORE_BENCH_PG_URL", DEFAULT_URL)
     print("| measure | p50 ms | p95 ms | p99 ms |")
     print("|---|---|---|---|")
+    if args.citus:
+        for line in on_citus(args.citus, args.sessions, args.events, args.ops):
+            print(line, flush=True)
+        return
     for line in partitioned_vs_plain(url, args.sessions, args.events, args.ops, args.partitions):
         print(line, flush=True)
     for line in replica_reads(args.ops):
