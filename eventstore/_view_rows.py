@@ -161,14 +161,15 @@ class _Query:
     it makes once for the prepared statement (psycopg prepares a statement run five
     times) costs what a plan made for the values would, and Postgres keeps that one
     instead of planning the dozen-branch statement again on every view, which took
-    longer than running it.
+    longer than running it. Except with ``inline``, for Citus (see :func:`is_distributed`).
     """
 
     def __init__(self, pg: bool, placeholder: str, inline: bool = False) -> None:
         self.pg = pg
         self.ph = placeholder
         # Parameters written where they are used on Postgres too: Citus sends a statement
-        # whole to one shard only when each condition shows it the session's value.
+        # whole to one shard only when each condition shows it the session's value (its
+        # worker plans the statement with the values each time).
         self.inline = inline
         self.params: list[Any] = []
         self.branches: list[str] = []
