@@ -34,6 +34,7 @@ from eventstore import (
 )
 from eventstore._replica import parse_lsn
 from eventstore.cli import cli
+from eventstore.distribution import _DISTRIBUTED as DISTRIBUTED_KEY
 from eventstore.distribution import (
     SESSION_TABLES,
     citus_preloaded,
@@ -191,7 +192,7 @@ def test_plain_databases_are_not_distributed(tmp_path: Path, pg_url: str) -> Non
             with engine.connect() as conn:
                 assert is_distributed(conn) is False
                 if url == pg_url:  # asked once per pooled connection
-                    assert conn.info["eventstore.distributed"] is False
+                    assert conn.info[DISTRIBUTED_KEY] is False
         finally:
             engine.dispose()
 
@@ -209,7 +210,7 @@ def test_a_store_on_distributed_tables_reads_views_citus_can_route(
     ids = _seed(plain)
 
     def _as_on_citus(_dbapi_conn: Any, record: Any) -> None:
-        record.info["eventstore.distributed"] = True
+        record.info[DISTRIBUTED_KEY] = True
 
     # Every engine made from here on: the store opens its schema as it is made.
     event.listen(Engine, "connect", _as_on_citus)
