@@ -26,6 +26,7 @@ __all__ = [
     "configure_sqlite",
     "configure_postgres",
     "Timeouts",
+    "ConnectionDropped",
     "map_db_error",
     "busy_error",
 ]
@@ -131,10 +132,19 @@ def busy_error(exc: BaseException, timeouts: Timeouts | None = None) -> StorageB
     return None
 
 
+class ConnectionDropped(StorageError):
+    """:class:`StorageError` for a connection the server closed (a restart, a failover):
+    SQLAlchemy has taken it out of the pool, so a read may be made again at once."""
+
+
 def map_db_error(exc: DBAPIError, timeouts: Timeouts | None = None) -> EventStoreError:
-    """The typed error for a driver error: lock waits become :class:`StorageBusyError`."""
+    """The typed error for a driver error: lock waits become :class:`StorageBusyError`,
+    a connection the server closed :class:`ConnectionDropped`."""
     busy = busy_error(exc, timeouts)
     if busy is not None:
         return busy
     text = str(exc.orig) if exc.orig is not None else str(exc)
-    return StorageError(f"database error: {text.strip().splitlines()[0] if text else exc}")
+    message = f"database error: {text.strip().splitlines()[0] if text else exc}"
+    if exc.connection_invalidated:
+        return ConnectionDropped(message)
+    return StorageError(message)

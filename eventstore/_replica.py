@@ -28,7 +28,7 @@ from sqlalchemy import create_engine
 from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.exc import DBAPIError
 
-from ._engine import Timeouts, configure_postgres, map_db_error, resolve_url
+from ._engine import ConnectionDropped, Timeouts, configure_postgres, map_db_error, resolve_url
 from .errors import ConfigurationError
 
 __all__ = ["DEFAULT_READ_WAIT_MS", "ReadReplica", "ReplicaMethods", "parse_lsn"]
@@ -238,6 +238,12 @@ class ReplicaMethods:
         return bool(self.engine.dialect.is_disconnect(exc, dbapi_conn, None))
 
     def _read_run(self, fn: Callable[..., T], *args: Any, **kw: Any) -> T:
-        """``_run`` for a read that may go to the replica."""
+        """``_run`` for a read that may go to the replica (made again, once, on a fresh
+        connection when the server closed the one it was given)."""
+        try:
+            with self._read_tx() as conn:
+                return fn(conn, *args, **kw)
+        except ConnectionDropped:
+            pass
         with self._read_tx() as conn:
             return fn(conn, *args, **kw)

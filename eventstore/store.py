@@ -36,6 +36,7 @@ from ._encoding import MAX_COUNT, encode_all
 from ._engine import (
     DEFAULT_LOCK_TIMEOUT_MS,
     DEFAULT_URL,
+    ConnectionDropped,
     Timeouts,
     configure_postgres,
     configure_sqlite,
@@ -277,12 +278,14 @@ class EventStore(
                     conn = conn.execution_options(sqlite_begin="IMMEDIATE")
                 with conn.begin():
                     if write and self._lock_local:
+                        sql = f"SET LOCAL lock_timeout = {self._timeouts.lock_timeout_ms}"
                         if is_distributed(conn):
                             # Citus writes on its own connections to the workers: a
-                            # SET LOCAL reaches them only when it is told to pass it on.
-                            conn.exec_driver_sql("SET LOCAL citus.propagate_set_commands = local")
-                        ms = self._timeouts.lock_timeout_ms
-                        conn.exec_driver_sql(f"SET LOCAL lock_timeout = {ms}")
+                            # SET LOCAL reaches them only when it is told to pass it on
+                            # (both in one round trip: a query without parameters may
+                            # hold two statements).
+                            sql = f"SET LOCAL citus.propagate_set_commands = local; {sql}"
+                        conn.exec_driver_sql(sql)
                     yield conn
                 if write and self._replica is not None:
                     self._replica.note_write(conn)  # after the commit: reads wait for it
@@ -294,6 +297,12 @@ class EventStore(
             ) from None
 
     def _run(self, fn: Callable[..., T], *args: Any, write: bool = False, **kw: Any) -> T:
+        if not write:
+            try:
+                with self._tx() as conn:
+                    return fn(conn, *args, **kw)
+            except ConnectionDropped:
+                pass  # the server closed it (a restart): read again on a fresh connection
         with self._tx(write) as conn:
             return fn(conn, *args, **kw)
 

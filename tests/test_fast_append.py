@@ -322,6 +322,36 @@ def test_a_view_after_the_server_dropped_its_connection_reads_again(db_url: str)
     admin.dispose()
 
 
+def test_reads_of_a_fork_after_the_server_dropped_its_connection_read_again(
+    db_url: str,
+) -> None:
+    """A fork's view is read statement by statement inside a transaction, on whichever
+    pooled connection comes next: one the server dropped is replaced and the read made
+    again, as for a session's one-statement view, and so are the other reads."""
+    if db_url.startswith("sqlite"):
+        pytest.skip("Postgres only: a server that drops connections")
+    tenant = f"t-{uuid.uuid4().hex}"
+    admin = create_engine(db_url)
+    with EventStore(db_url, tenant=tenant, upgrade=True, **_named(tenant)) as store:
+        sid = store.create_session().id
+        store.append(sid, [Message.system("rules"), Message.user("task"), Message.user("more")])
+        fork = store.fork(sid, 2).id
+        store.append(fork, [Message.user("other")])
+        before = store.view(fork).to_messages()
+        assert store.view(fork).to_messages() == before  # known to be a fork by now
+        events = [e.hash for e in store.read(fork)]
+        for read in (
+            lambda: store.view(fork).to_messages(),
+            lambda: [e.hash for e in store.read(fork)],
+            lambda: store.get_session(fork).head_seq,
+        ):
+            first = read()
+            assert _drop_connections(admin, tenant)
+            assert read() == first
+        assert [e.hash for e in store.read(fork)] == events
+    admin.dispose()
+
+
 def test_times_are_stored_alike_on_every_path(db_url: str) -> None:
     """``created_at`` goes into the rows from the hashed timestamp text on the fast and bulk
     paths: an offset other than UTC and a year below 1000 (formatted the platform's way)
