@@ -236,8 +236,10 @@ def test_a_store_on_distributed_tables_reads_views_citus_can_route(
         _tool_turn(dist, ids["a"], 9)  # an ordinary append, then the fast path's
         dist.append(ids["a"], [Message.user("fast")])
         assert dist._lock_local
-        assert sum("citus.propagate_set_commands" in s for s in sent) == 2
-        assert sum("SET LOCAL lock_timeout" in s for s in sent) == 2
+        # One round trip per write: both settings in one query.
+        both = "SET LOCAL citus.propagate_set_commands = local; SET LOCAL lock_timeout = "
+        assert sum(s.startswith(both) for s in sent) == 2
+        assert sum("SET LOCAL" in s for s in sent) == 2
         for sid in ids.values():
             head = plain.head(sid)
             for as_of in range(1, head + 1):
