@@ -134,7 +134,10 @@ def busy_error(exc: BaseException, timeouts: Timeouts | None = None) -> StorageB
 
 class ConnectionDropped(StorageError):
     """:class:`StorageError` for a connection the server closed (a restart, a failover):
-    SQLAlchemy has taken it out of the pool, so a read may be made again at once."""
+    SQLAlchemy has taken it out of the pool, so a read may be made again at once, and so
+    may a write whose transaction was lost before its commit (``rolled_back``)."""
+
+    rolled_back = False
 
 
 def map_db_error(exc: DBAPIError, timeouts: Timeouts | None = None) -> EventStoreError:

@@ -272,6 +272,7 @@ class EventStore(
     @contextmanager
     def _tx(self, write: bool = False) -> Iterator[Connection]:
         self._open_schema()
+        committing = False
         try:
             with self.engine.connect() as conn:
                 if write and self.dialect == "sqlite":
@@ -287,22 +288,38 @@ class EventStore(
                             sql = f"SET LOCAL citus.propagate_set_commands = local; {sql}"
                         conn.exec_driver_sql(sql)
                     yield conn
+                    committing = True
                 if write and self._replica is not None:
                     self._replica.note_write(conn)  # after the commit: reads wait for it
         except DBAPIError as exc:
-            raise map_db_error(exc, self._timeouts) from None
+            error = map_db_error(exc, self._timeouts)
+            if isinstance(error, ConnectionDropped):
+                if not committing:
+                    # Lost before the commit was sent: the server rolled it back.
+                    error.rolled_back = True
+                elif write:
+                    error = ConnectionDropped(
+                        f"{error} (the connection was lost while the write committed: it "
+                        "may have been kept; read the session's head to know, or repeat an "
+                        "append with its idempotency key, which is safe)"
+                    )
+            raise error from None
         except OverflowError:
             raise InvalidEventError(
                 f"a number is too large for the database (the limit is {_MAX_INT})"
             ) from None
 
     def _run(self, fn: Callable[..., T], *args: Any, write: bool = False, **kw: Any) -> T:
-        if not write:
-            try:
-                with self._tx() as conn:
-                    return fn(conn, *args, **kw)
-            except ConnectionDropped:
-                pass  # the server closed it (a restart): read again on a fresh connection
+        """``fn(conn, ...)`` in one transaction, made again once on a fresh connection
+        when the server closed the first (a restart, a failover): always for a read, and
+        for a write that was lost before its commit was sent (then nothing of it was
+        kept). A write lost during its commit may have landed: that is raised."""
+        try:
+            with self._tx(write) as conn:
+                return fn(conn, *args, **kw)
+        except ConnectionDropped as exc:
+            if write and not exc.rolled_back:
+                raise
         with self._tx(write) as conn:
             return fn(conn, *args, **kw)
 
@@ -438,7 +455,7 @@ class EventStore(
             if result.head_hash is not None:
                 self._heads.put(session_id, result.head_seq, result.head_hash)
             return result
-        except StorageBusyError:
+        except (StorageBusyError, ConnectionDropped):
             raise
         except StorageError:
             # A UNIQUE(session_id, seq) violation means another writer won; report the

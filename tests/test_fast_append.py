@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from sqlalchemy import create_engine, text
+from sqlalchemy import create_engine, event, text
 
 from eventstore import (
     Condensation,
@@ -20,6 +20,7 @@ from eventstore import (
     PartRef,
     Prune,
     StorageBusyError,
+    StorageError,
     TextPart,
     ToolCallPart,
     _sql,
@@ -349,6 +350,62 @@ def test_reads_of_a_fork_after_the_server_dropped_its_connection_read_again(
             assert _drop_connections(admin, tenant)
             assert read() == first
         assert [e.hash for e in store.read(fork)] == events
+    admin.dispose()
+
+
+def test_writes_lost_with_their_connection_before_the_commit_are_made_again_once(
+    db_url: str,
+) -> None:
+    """A write whose connection the server closed before the commit was sent was rolled
+    back: the store makes it again on a fresh connection, and it lands exactly once
+    (a batch on the ordinary path, a keyed append, a new session)."""
+    if db_url.startswith("sqlite"):
+        pytest.skip("Postgres only: a server that drops connections")
+    tenant = f"t-{uuid.uuid4().hex}"
+    admin = create_engine(db_url)
+    with EventStore(db_url, tenant=tenant, upgrade=True, **_named(tenant)) as store:
+        sid = store.create_session().id
+        store.append(sid, [Message.user("one")])
+        assert _drop_connections(admin, tenant)
+        batch = [Message.user(f"b{i}") for i in range(40)]  # more than the fast path takes
+        assert store.append(sid, batch) == list(range(2, 42))
+        assert _drop_connections(admin, tenant)
+        assert store.append(sid, [Message.user("keyed")], idempotency_key="k1") == [42]
+        assert store.append(sid, [Message.user("keyed")], idempotency_key="k1") == [42]
+        assert _drop_connections(admin, tenant)
+        other = store.create_session(title="after").id
+        assert store.get_session(other).title == "after"
+        assert store.head(sid) == 42 and store.verify(sid).ok
+        assert len(store.list_sessions()) == 2
+    admin.dispose()
+
+
+def test_a_write_lost_while_it_committed_is_reported_not_made_again(db_url: str) -> None:
+    """Lost during its commit, a write may have landed: it is raised, saying so, and never
+    written a second time."""
+    if db_url.startswith("sqlite"):
+        pytest.skip("Postgres only: a server that drops connections")
+    tenant = f"t-{uuid.uuid4().hex}"
+    admin = create_engine(db_url)
+    with EventStore(db_url, tenant=tenant, upgrade=True, **_named(tenant)) as store:
+        sid = store.create_session().id
+        store.append(sid, [Message.user("one")])
+        commits = []
+
+        def _drop_on_commit(_conn: Any) -> None:
+            if not commits:  # the write's commit (reads commit too)
+                commits.append(_drop_connections(admin, tenant))
+
+        event.listen(store.engine, "commit", _drop_on_commit)
+        try:
+            with pytest.raises(StorageError, match="lost while the write committed"):
+                store.append(sid, [Message.user(f"b{i}") for i in range(40)])
+        finally:
+            event.remove(store.engine, "commit", _drop_on_commit)
+        assert commits == [1]
+        # The commit never reached the server here; what matters is that it was not
+        # written twice (and that nothing past the batch was).
+        assert store.head(sid) in (1, 41) and store.verify(sid).ok
     admin.dispose()
 
 
