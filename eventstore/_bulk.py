@@ -16,6 +16,7 @@ from typing import Any
 from sqlalchemy.engine import Connection
 
 from ._checks import check_references
+from ._engine import driver_error
 from .codec import Encoded, chain_hash_ts, format_ts, new_ids
 from .events import Message, Prune
 
@@ -283,25 +284,28 @@ def bulk_insert(conn: Connection, rows: BatchRows) -> datetime:
     # way a refused event stops the batch before the database has seen any of it.
     event_rows, part_rows = rows.collect(sqlite=not pg)
     assert rows.newest is not None
-    if pg:
-        with driver.cursor() as cur:
-            # Text COPY: binary COPY with the column types set up front measured no
-            # faster here (the server's inserts, not the parsing, are the cost).
-            with cur.copy(_PG_COPY_EVENTS) as copy:
-                for r in event_rows:
-                    copy.write_row(r)
-            if part_rows:
-                with cur.copy(_PG_COPY_PARTS) as copy:
-                    for r in part_rows:
-                        copy.write_row(r)
-        return rows.newest
-    cur = driver.cursor()
     try:
-        _insert_sqlite(cur, _EV_SQLITE, event_rows)
-        if part_rows:
-            _insert_sqlite(cur, _PT_SQLITE, part_rows)
-    finally:
-        cur.close()
+        if pg:
+            with driver.cursor() as cur:
+                # Text COPY: binary COPY with the column types set up front measured no
+                # faster here (the server's inserts, not the parsing, are the cost).
+                with cur.copy(_PG_COPY_EVENTS) as copy:
+                    for r in event_rows:
+                        copy.write_row(r)
+                if part_rows:
+                    with cur.copy(_PG_COPY_PARTS) as copy:
+                        for r in part_rows:
+                            copy.write_row(r)
+            return rows.newest
+        cur = driver.cursor()
+        try:
+            _insert_sqlite(cur, _EV_SQLITE, event_rows)
+            if part_rows:
+                _insert_sqlite(cur, _PT_SQLITE, part_rows)
+        finally:
+            cur.close()
+    except conn.dialect.loaded_dbapi.Error as exc:
+        raise driver_error(conn, exc) from None  # as SQLAlchemy's own statements raise
     return rows.newest
 
 

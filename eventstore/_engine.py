@@ -27,6 +27,8 @@ __all__ = [
     "configure_postgres",
     "Timeouts",
     "ConnectionDropped",
+    "ReadAgain",
+    "driver_error",
     "map_db_error",
     "busy_error",
 ]
@@ -132,12 +134,38 @@ def busy_error(exc: BaseException, timeouts: Timeouts | None = None) -> StorageB
     return None
 
 
-class ConnectionDropped(StorageError):
-    """:class:`StorageError` for a connection the server closed (a restart, a failover):
-    SQLAlchemy has taken it out of the pool, so a read may be made again at once, and so
-    may a write whose transaction was lost before its commit (``rolled_back``)."""
+class ReadAgain(StorageError):
+    """:class:`StorageError` for a read that may be made again at once: what failed was
+    the connection's, not the read's (the store makes it again, once)."""
 
+    #: For a write: lost before its commit was sent, so nothing of it was kept.
     rolled_back = False
+
+
+class ConnectionDropped(ReadAgain):
+    """The server closed the connection (a restart, a failover): SQLAlchemy has taken it
+    out of the pool, so a read may be made again at once, and so may a write whose
+    transaction was lost before its commit (``rolled_back``)."""
+
+
+def driver_error(conn: Connection, exc: Any) -> DBAPIError:
+    """An error raised by the driver's own cursor, as SQLAlchemy raises its own: wrapped
+    in :class:`~sqlalchemy.exc.DBAPIError`, with the connection invalidated (out of the
+    pool) when the error says the server closed it."""
+    dialect = conn.dialect
+    dropped = bool(dialect.is_disconnect(exc, conn.connection.dbapi_connection, None))
+    if dropped:
+        conn.invalidate(exc)
+    wrapped = DBAPIError.instance(
+        None,
+        None,
+        exc,
+        dialect.loaded_dbapi.Error,
+        connection_invalidated=dropped,
+        dialect=dialect,
+    )
+    assert isinstance(wrapped, DBAPIError)
+    return wrapped
 
 
 def map_db_error(exc: DBAPIError, timeouts: Timeouts | None = None) -> EventStoreError:

@@ -28,7 +28,7 @@ from sqlalchemy import create_engine
 from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.exc import DBAPIError
 
-from ._engine import ConnectionDropped, Timeouts, configure_postgres, map_db_error, resolve_url
+from ._engine import ReadAgain, Timeouts, configure_postgres, map_db_error, resolve_url
 from .errors import ConfigurationError
 
 __all__ = ["DEFAULT_READ_WAIT_MS", "ReadReplica", "ReplicaMethods", "parse_lsn"]
@@ -212,30 +212,22 @@ class ReplicaMethods:
         store's writes."""
         if self._replica is None:
             self._open_schema()
-            dbapi_error = self.engine.dialect.loaded_dbapi.Error
             try:
                 with self.engine.connect() as conn:
-                    try:
-                        out = alone(conn, *args, **kw)
-                    except dbapi_error as exc:  # raised by the driver's own cursor
-                        if not self._dropped(conn, exc):
-                            wrapped = DBAPIError.instance(None, None, exc, dbapi_error)
-                            assert isinstance(wrapped, DBAPIError)
-                            raise map_db_error(wrapped, self._timeouts) from None
-                        # The server dropped the connection (a restart, a failover): it
-                        # leaves the pool, and the read is made again on a fresh one.
-                        conn.invalidate(exc)
-                        out = None
+                    out = alone(conn, *args, **kw)
+            except ReadAgain:
+                # The server dropped the connection (a restart, a failover; it has left
+                # the pool), or Citus could not route the statement: read it the other
+                # way, on a fresh connection.
+                out = None
             except DBAPIError as exc:
-                raise map_db_error(exc, self._timeouts) from None
+                error = map_db_error(exc, self._timeouts)
+                if not isinstance(error, ReadAgain):
+                    raise error from None
+                out = None
             if out is not None:
                 return out
         return self._read_run(fn, *args, **kw)
-
-    def _dropped(self, conn: Any, exc: Any) -> bool:
-        """Whether ``exc`` says the server closed the connection."""
-        dbapi_conn = conn.connection.dbapi_connection
-        return bool(self.engine.dialect.is_disconnect(exc, dbapi_conn, None))
 
     def _read_run(self, fn: Callable[..., T], *args: Any, **kw: Any) -> T:
         """``_run`` for a read that may go to the replica (made again, once, on a fresh
@@ -243,7 +235,7 @@ class ReplicaMethods:
         try:
             with self._read_tx() as conn:
                 return fn(conn, *args, **kw)
-        except ConnectionDropped:
+        except ReadAgain:
             pass
         with self._read_tx() as conn:
             return fn(conn, *args, **kw)

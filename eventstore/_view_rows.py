@@ -32,6 +32,7 @@ from sqlalchemy import select
 from sqlalchemy.engine import Connection
 
 from . import _blobs
+from ._engine import ReadAgain, driver_error
 from ._sql import (
     _AUDITING,
     _EVENT_COLS,
@@ -46,7 +47,7 @@ from ._sql import (
     row_to_stored,
 )
 from .codec import decode_row
-from .distribution import is_distributed
+from .distribution import forget_distribution, is_distributed
 from .errors import InvalidEventError
 from .events import Condensation, Prune
 from .records import StoredEvent
@@ -380,9 +381,17 @@ def _fetch(
         fetched = cur.fetchall()
     except sqlite3.OperationalError:
         return None  # an SQLite without JSON functions, or a payload they cannot parse
+    except conn.dialect.loaded_dbapi.Error as exc:
+        if pg and getattr(exc, "sqlstate", None) == _FEATURE_NOT_SUPPORTED:
+            # Citus could not send it to one shard: the tables were distributed since
+            # this connection last looked (it looks again), or this Citus cannot route
+            # the statement. Either way the view is read again, statement by statement.
+            forget_distribution(conn)
+            raise ReadAgain(f"database error: {str(exc).strip().splitlines()[0]}") from None
+        raise driver_error(conn, exc) from None
     finally:
         cur.close()
-        if manual:
+        if manual and not driver.closed:  # a lost connection has left the pool
             driver.autocommit = False
     by: _Tagged = {}
     for r in fetched:
@@ -563,12 +572,7 @@ def view_rows_at_once(
     sql, template = _alone_statement(pg, placeholder, distributed)
     values = {_SESSION: session_id, _TENANT: tenant, _BOUND: bound}
     params = [values.get(p, p) for p in template]
-    try:
-        by = _fetch(conn, pg, sql, params, alone=True)
-    except Exception as exc:
-        if distributed and getattr(exc, "sqlstate", None) == _FEATURE_NOT_SUPPORTED:
-            return None  # this Citus could not send it to one shard: statement by statement
-        raise
+    by = _fetch(conn, pg, sql, params, alone=True)
     if by is None:
         return None
     session = by.get("s")

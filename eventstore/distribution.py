@@ -37,6 +37,7 @@ __all__ = [
     "citus_preloaded",
     "distribute_citus",
     "is_distributed",
+    "forget_distribution",
     "partition_by_session",
     "partitions_of",
     "is_partition_name",
@@ -135,6 +136,12 @@ def is_distributed(conn: Connection) -> bool:
             )
         conn.info[_DISTRIBUTED] = known
     return known
+
+
+def forget_distribution(conn: Connection) -> None:
+    """Make :func:`is_distributed` ask again on this pooled connection (Citus refused a
+    statement the store wrote for plain tables: they may have been distributed since)."""
+    conn.info.pop(_DISTRIBUTED, None)
 
 
 def distribute_citus(engine: Engine) -> list[str]:

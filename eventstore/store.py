@@ -37,6 +37,7 @@ from ._engine import (
     DEFAULT_LOCK_TIMEOUT_MS,
     DEFAULT_URL,
     ConnectionDropped,
+    ReadAgain,
     Timeouts,
     configure_postgres,
     configure_sqlite,
@@ -50,7 +51,13 @@ from ._purge import PurgeMethods
 from ._replica import DEFAULT_READ_WAIT_MS, ReplicaMethods
 from ._runtime import RuntimeMethods
 from ._search import SearchMethods
-from ._sessions import SessionMethods, audit_for_async, read_event_expanded, read_page_expanded
+from ._sessions import (
+    SessionMethods,
+    audit_for_async,
+    read_event_expanded,
+    read_page_expanded,
+    taken_id_error,
+)
 from ._twins import awaitable, calibrated_tokens, record_llm_call, streaming
 from ._view_rows import view_rows, view_rows_at_once
 from .codec import Encoded, check_text
@@ -293,7 +300,7 @@ class EventStore(
                     self._replica.note_write(conn)  # after the commit: reads wait for it
         except DBAPIError as exc:
             error = map_db_error(exc, self._timeouts)
-            if isinstance(error, ConnectionDropped):
+            if isinstance(error, ReadAgain):
                 if not committing:
                     # Lost before the commit was sent: the server rolled it back.
                     error.rolled_back = True
@@ -310,14 +317,12 @@ class EventStore(
             ) from None
 
     def _run(self, fn: Callable[..., T], *args: Any, write: bool = False, **kw: Any) -> T:
-        """``fn(conn, ...)`` in one transaction, made again once on a fresh connection
-        when the server closed the first (a restart, a failover): always for a read, and
-        for a write that was lost before its commit was sent (then nothing of it was
-        kept). A write lost during its commit may have landed: that is raised."""
+        """``fn(conn, ...)`` in one transaction, made again once when the server closed
+        its connection: a read always, a write if lost before its commit was sent."""
         try:
             with self._tx(write) as conn:
                 return fn(conn, *args, **kw)
-        except ConnectionDropped as exc:
+        except ReadAgain as exc:
             if write and not exc.rolled_back:
                 raise
         with self._tx(write) as conn:
@@ -457,7 +462,9 @@ class EventStore(
             return result
         except (StorageBusyError, ConnectionDropped):
             raise
-        except StorageError:
+        except StorageError as exc:
+            if (taken := taken_id_error(self._run, session_id, encoded, exc)) is not None:
+                raise taken from None
             # A UNIQUE(session_id, seq) violation means another writer won; report the
             # head it left rather than the driver's message.
             head = self.head(session_id)

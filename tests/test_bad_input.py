@@ -330,3 +330,27 @@ def test_duplicate_event_id_is_a_typed_error(store: EventStore) -> None:
         store.append(s.id, [m])
     assert type(info.value).__module__.startswith("eventstore")
     assert store.head(s.id) == 1
+
+
+@pytest.mark.parametrize("size", [1, 2, 40])  # the fast path, the ordinary, the bulk one
+def test_a_taken_event_id_is_named_on_every_append_path(store: EventStore, size: int) -> None:
+    s = store.create_session()
+    first = Message.user("first")
+    first.id = "the-id"
+    store.append(s.id, [first])
+    batch = [Message.user(f"m{i}") for i in range(size)]
+    batch[-1].id = "the-id"
+    with pytest.raises(
+        InvalidEventError,
+        match=rf"events\[{size - 1}\]\.id: 'the-id' is already the id of event 1 ",
+    ):
+        store.append(s.id, batch)
+    batch[-1].id = "twice"
+    batch[0].id = "twice"
+    if size > 1:
+        with pytest.raises(
+            InvalidEventError,
+            match=rf"events\[{size - 1}\]\.id: 'twice' is also the id of events\[0\]",
+        ):
+            store.append(s.id, batch)
+    assert store.head(s.id) == 1 and store.verify(s.id).ok

@@ -256,6 +256,45 @@ def test_a_store_on_distributed_tables_reads_views_citus_can_route(
         plain.close()
 
 
+def test_a_view_citus_refuses_is_read_statement_by_statement_and_the_mark_asked_again(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Tables distributed while a store runs: its pooled connections still hold "not
+    distributed", so Citus refuses the plain view statement (SQLSTATE 0A000). The view is
+    read again statement by statement, and the connection asks again. Here Postgres
+    refuses a statement with the same SQLSTATE in the view statement's place."""
+    store = EventStore(pg_url, upgrade=True)
+    try:
+        ids = _seed(store)
+        want = {sid: store.view(sid).to_messages() for sid in ids.values()}
+        real = _view_rows._alone_statement
+        refused: list[bool] = []
+
+        def _refused_once(*args: Any) -> tuple[str, tuple[Any, ...]]:
+            if refused:
+                return real(*args)
+            refused.append(True)
+            # "FOR UPDATE is not allowed with aggregate functions": SQLSTATE 0A000.
+            return "SELECT count(*) FROM sessions FOR UPDATE", ()
+
+        forgotten: list[Any] = []
+        forget = _view_rows.forget_distribution
+
+        def _spy(conn: Any) -> None:
+            forgotten.append(conn.info.get(DISTRIBUTED_KEY))
+            forget(conn)
+
+        monkeypatch.setattr(_view_rows, "_alone_statement", _refused_once)
+        monkeypatch.setattr(_view_rows, "forget_distribution", _spy)
+        assert store.view(ids["a"]).to_messages() == want[ids["a"]]
+        assert refused == [True] and forgotten == [False]
+        for sid in ids.values():  # and the next views take the one statement again
+            assert store.view(sid).to_messages() == want[sid]
+        assert len(forgotten) == 1
+    finally:
+        store.close()
+
+
 def test_distribute_without_citus_explains_and_fails(pg_url: str) -> None:
     EventStore(pg_url, upgrade=True).close()
     result = CliRunner().invoke(cli, ["--db", pg_url, "db", "distribute"])
