@@ -32,7 +32,7 @@ from sqlalchemy.engine import Connection
 
 from . import _bulk, _sql
 from .codec import blob_refs, check_text, decode_event, encode, encode_event
-from .distribution import forget_distribution, is_distributed
+from .distribution import is_distributed
 from .errors import InvalidEventError
 from .events import (
     PURGED,
@@ -198,8 +198,7 @@ def _guards(conn: Connection, on: bool) -> None:
     """Switch the append-only guard on ``events`` off and on again, inside the purge's
     transaction (DDL is transactional on both backends: a failed purge leaves it on)."""
     if conn.dialect.name == "postgresql":
-        forget_distribution(conn)  # asked afresh: a purge is rare, and Citus needs the leave
-        if is_distributed(conn):
+        if is_distributed(conn, fresh=True):  # a purge is rare, and Citus needs the leave
             # Citus changes triggers of a distributed table only when told it may (the
             # guard reads one row of its own shard; see distribution.distribute_citus).
             conn.execute(text("SET LOCAL citus.enable_unsafe_triggers = on"))

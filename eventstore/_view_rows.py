@@ -386,7 +386,7 @@ def _fetch(
             # Citus could not send it to one shard: the tables were distributed since
             # this connection last looked (it looks again), or this Citus cannot route
             # the statement. Either way the view is read again, statement by statement.
-            forget_distribution(conn)
+            forget_distribution()
             raise ReadAgain(f"database error: {str(exc).strip().splitlines()[0]}") from None
         raise driver_error(conn, exc) from None
     finally:

@@ -23,6 +23,7 @@ Both return the statements they ran, for the ``eventstore db distribute`` comman
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from sqlalchemy import text
 from sqlalchemy.engine import Connection, Engine
@@ -106,13 +107,18 @@ def citus_available(conn: Connection) -> bool:
     return found is not None
 
 
-#: Key in a pooled connection's ``info``: whether its database's events are distributed.
+#: Key in a pooled connection's ``info``: whether its database's events are distributed,
+#: as of which :data:`_epoch`.
 _DISTRIBUTED = "eventstore.distributed"
+#: Moved on when Citus refuses a statement written for plain tables: every pooled
+#: connection of the process then asks again, once.
+_epoch = 0
 
 
-def is_distributed(conn: Connection) -> bool:
+def is_distributed(conn: Connection, *, fresh: bool = False) -> bool:
     """Whether ``events`` is a Citus distributed table in ``conn``'s database, asked once
-    per pooled connection (a connection opened after ``db distribute`` sees it).
+    per pooled connection (a connection opened after ``db distribute`` sees it; one opened
+    before learns it from :func:`forget_distribution`), or now with ``fresh``.
 
     Citus sends a statement whole to the session's worker only when each condition shows
     it the session's value: on a distributed store a view's one statement names its
@@ -120,28 +126,36 @@ def is_distributed(conn: Connection) -> bool:
     statement, and each write sets its lock timeout for its transaction."""
     if conn.dialect.name != "postgresql":
         return False
-    known = conn.info.get(_DISTRIBUTED)
-    if known is None:
+    mark = conn.info.get(_DISTRIBUTED)
+    if mark is not None and mark[0] == _epoch and not fresh:
+        return bool(mark[1])
+    known = bool(
+        conn.exec_driver_sql(
+            "SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus')"
+        ).scalar()
+    )
+    if known:  # pg_dist_partition exists only where the extension is created
         known = bool(
             conn.exec_driver_sql(
-                "SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus')"
+                "SELECT EXISTS (SELECT 1 FROM pg_dist_partition "
+                "WHERE logicalrelid = to_regclass('events'))"
             ).scalar()
         )
-        if known:  # pg_dist_partition exists only where the extension is created
-            known = bool(
-                conn.exec_driver_sql(
-                    "SELECT EXISTS (SELECT 1 FROM pg_dist_partition "
-                    "WHERE logicalrelid = to_regclass('events'))"
-                ).scalar()
-            )
-        conn.info[_DISTRIBUTED] = known
+    mark_distributed(conn.info, known)
     return known
 
 
-def forget_distribution(conn: Connection) -> None:
-    """Make :func:`is_distributed` ask again on this pooled connection (Citus refused a
-    statement the store wrote for plain tables: they may have been distributed since)."""
-    conn.info.pop(_DISTRIBUTED, None)
+def mark_distributed(info: dict[Any, Any], known: bool) -> None:
+    """Record in a pooled connection's ``info`` what :func:`is_distributed` found."""
+    info[_DISTRIBUTED] = (_epoch, known)
+
+
+def forget_distribution() -> None:
+    """Make :func:`is_distributed` ask again, once, on every pooled connection (Citus
+    refused a statement the store wrote for plain tables: they were distributed since the
+    connection asked, so its pool-mates may be just as wrong)."""
+    global _epoch
+    _epoch += 1
 
 
 def distribute_citus(engine: Engine) -> list[str]:

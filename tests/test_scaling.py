@@ -38,7 +38,9 @@ from eventstore.distribution import _DISTRIBUTED as DISTRIBUTED_KEY
 from eventstore.distribution import (
     SESSION_TABLES,
     citus_preloaded,
+    forget_distribution,
     is_distributed,
+    mark_distributed,
     partitions_of,
 )
 from eventstore.migrate import check, current_revision, downgrade, upgrade
@@ -192,9 +194,26 @@ def test_plain_databases_are_not_distributed(tmp_path: Path, pg_url: str) -> Non
             with engine.connect() as conn:
                 assert is_distributed(conn) is False
                 if url == pg_url:  # asked once per pooled connection
-                    assert conn.info[DISTRIBUTED_KEY] is False
+                    assert conn.info[DISTRIBUTED_KEY][1] is False
         finally:
             engine.dispose()
+
+
+def test_a_refusal_makes_every_pooled_connection_ask_again(pg_url: str) -> None:
+    EventStore(pg_url, upgrade=True).close()
+    engine = create_engine(pg_url)
+    try:
+        with engine.connect() as one, engine.connect() as two:
+            mark_distributed(one.info, True)
+            mark_distributed(two.info, True)
+            assert is_distributed(one) and is_distributed(two)  # the marks are believed
+            assert not is_distributed(one, fresh=True)  # unless asked afresh
+            mark_distributed(one.info, True)
+            forget_distribution()
+            assert not is_distributed(one) and not is_distributed(two)
+            assert one.info[DISTRIBUTED_KEY][1] is False
+    finally:
+        engine.dispose()
 
 
 def test_a_store_on_distributed_tables_reads_views_citus_can_route(
@@ -210,7 +229,7 @@ def test_a_store_on_distributed_tables_reads_views_citus_can_route(
     ids = _seed(plain)
 
     def _as_on_citus(_dbapi_conn: Any, record: Any) -> None:
-        record.info[DISTRIBUTED_KEY] = True
+        mark_distributed(record.info, True)
 
     # Every engine made from here on: the store opens its schema as it is made.
     event.listen(Engine, "connect", _as_on_citus)
@@ -280,14 +299,14 @@ def test_a_view_citus_refuses_is_read_statement_by_statement_and_the_mark_asked_
         forgotten: list[Any] = []
         forget = _view_rows.forget_distribution
 
-        def _spy(conn: Any) -> None:
-            forgotten.append(conn.info.get(DISTRIBUTED_KEY))
-            forget(conn)
+        def _spy() -> None:
+            forgotten.append(True)
+            forget()
 
         monkeypatch.setattr(_view_rows, "_alone_statement", _refused_once)
         monkeypatch.setattr(_view_rows, "forget_distribution", _spy)
         assert store.view(ids["a"]).to_messages() == want[ids["a"]]
-        assert refused == [True] and forgotten == [False]
+        assert refused == [True] and forgotten == [True]
         for sid in ids.values():  # and the next views take the one statement again
             assert store.view(sid).to_messages() == want[sid]
         assert len(forgotten) == 1
