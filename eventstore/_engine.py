@@ -155,6 +155,9 @@ def driver_error(conn: Connection, exc: Any) -> DBAPIError:
     dialect = conn.dialect
     dropped = bool(dialect.is_disconnect(exc, conn.connection.dbapi_connection, None))
     if dropped:
+        # What SQLAlchemy does for its own statements: the pool's other connections are
+        # as old as this one, so they are replaced as they are next checked out.
+        conn.engine.pool._invalidate(conn.connection, exc)
         conn.invalidate(exc)
     wrapped = DBAPIError.instance(
         None,

@@ -353,6 +353,44 @@ def test_reads_of_a_fork_after_the_server_dropped_its_connection_read_again(
     admin.dispose()
 
 
+def test_a_pool_of_dropped_connections_costs_no_read(db_url: str) -> None:
+    """After a restart every idle pooled connection is dead: the first read that finds
+    one has the pool replace them all, so each kind of read succeeds on its first call."""
+    import threading
+
+    if db_url.startswith("sqlite"):
+        pytest.skip("Postgres only: a server that drops connections")
+    tenant = f"t-{uuid.uuid4().hex}"
+    admin = create_engine(db_url)
+    with EventStore(db_url, tenant=tenant, upgrade=True, **_named(tenant)) as store:
+        sid = store.create_session().id
+        store.append(sid, [Message.system("rules"), Message.user("task")])
+        fork = store.fork(sid, 2).id
+        want = {s: store.view(s).to_messages() for s in (sid, fork)}
+        for read in (
+            lambda: store.view(sid).to_messages() == want[sid],
+            lambda: store.view(fork).to_messages() == want[fork],
+            lambda: len(list(store.read(sid))) == 2,
+        ):
+            held = [store.engine.connect() for _ in range(4)]  # four idle in the pool
+            for conn in held:
+                conn.exec_driver_sql("SELECT 1")
+                conn.close()
+            assert _drop_connections(admin, tenant) >= 4
+            results: list[bool] = []
+
+            def _call(read: Any = read, results: list[bool] = results) -> None:
+                results.append(read())
+
+            threads = [threading.Thread(target=_call) for _ in range(3)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            assert results == [True, True, True]
+    admin.dispose()
+
+
 def test_writes_lost_with_their_connection_before_the_commit_are_made_again_once(
     db_url: str,
 ) -> None:
