@@ -586,9 +586,11 @@ def render(
         "sends the exact rows the store writes for the batch (events with their hash chain, "
         "parts, the head move), made beforehand, through the driver as the store's bulk "
         "path does: the schema's own cost, with none of the library's Python work. On "
-        "Postgres the floor's payload column is compressed as the store's is (lz4 since "
-        "schema 0009, where the server has it), so that the floor stores the same bytes "
-        "the same way.",
+        "Postgres the store checks and encodes each event while the rows before it are on "
+        "their way and being inserted, so part of its Python work hides behind the "
+        "server's. On Postgres the floor's payload column is compressed as the store's is "
+        "(lz4 since schema 0009, where the server has it), so that the floor stores the "
+        "same bytes the same way.",
         "",
     ]
     lines += _batch(rec, settings)

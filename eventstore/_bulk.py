@@ -7,7 +7,7 @@ batches."""
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from itertools import chain
 from operator import itemgetter
@@ -92,7 +92,7 @@ class BatchRows:
         session_id: str,
         head: int,
         head_hash: str | None,
-        encoded: list[Encoded],
+        encoded: Sequence[Encoded],
         idempotency_key: str | None,
         batch_hash: str | None,
         now: datetime,
@@ -148,30 +148,36 @@ class BatchRows:
 
     def collect(self, sqlite: bool) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
         """The ``events`` and ``parts`` rows as driver parameters, in ``_EVENT_COLS``
-        and ``_PART_COLS`` order, made in one loop; with ``sqlite``, ``created_at`` is the
-        text SQLAlchemy stores there (:func:`_sqlite_ts`). The seqs, ids, times and hashes
-        are :meth:`chain`'s (a test holds the two to that); ``head_hash``, ``seq``,
-        ``prunes`` and ``newest`` are left as :meth:`chain` leaves them."""
+        and ``_PART_COLS`` order (see :meth:`stream`)."""
+        part_rows: list[tuple[Any, ...]] = []
+        return list(self.stream(sqlite, part_rows)), part_rows
+
+    def stream(self, sqlite: bool, part_rows: list[tuple[Any, ...]]) -> Iterator[tuple[Any, ...]]:
+        """Each event's ``events`` row as driver parameters, in ``_EVENT_COLS`` order, made
+        as it is asked for (each event read from ``encoded`` only then), its ``parts`` rows
+        appended to ``part_rows``; with ``sqlite``, ``created_at`` is the text SQLAlchemy
+        stores there (:func:`_sqlite_ts`). The seqs, ids, times and hashes are
+        :meth:`chain`'s (a test holds the two to that); once every row is made,
+        ``head_hash``, ``seq``, ``prunes`` and ``newest`` are as :meth:`chain` leaves them."""
         encoded = self.encoded
-        session_id, key = self.session_id, self.idempotency_key
+        session_id, key, size = self.session_id, self.idempotency_key, len(encoded)
         prev, seq = self.head_hash, self.seq
-        missing = 0
-        for enc in encoded:
-            if not enc.event.id:
-                missing += 1
-        fresh = iter(new_ids(missing)) if missing else None
+        ids: list[str] = []  # made a few at a time, as events without one come
         now = self.now
         # Each distinct time formatted once: hashed text and the SQLite column text.
         stamps: dict[datetime, tuple[str, Any]] = {}
         sha256 = hashlib.sha256
-        event_rows: list[tuple[Any, ...]] = []
-        part_rows: list[tuple[Any, ...]] = []
-        add_event, add_part = event_rows.append, part_rows.append
+        add_part = part_rows.append
         created: datetime = now
         for i, enc in enumerate(encoded):
             seq += 1
             evt = enc.event
-            event_id = evt.id or next(fresh)  # type: ignore[arg-type]
+            event_id = evt.id
+            if not event_id:
+                if not ids:
+                    ids = new_ids(min(size - i, 64))
+                    ids.reverse()
+                event_id = ids.pop()
             created = evt.created_at or now
             got = stamps.get(created)
             if got is None:
@@ -191,31 +197,26 @@ class BatchRows:
                 check_references(evt, seq, f"events[{i}].")
                 if isinstance(evt, Prune):
                     self.prunes.append((seq, evt, created))
-            if i == 0 and key is not None:
-                add_event(
-                    (session_id, seq, event_id, kind, got[1], payload, enc.token_count,
-                     enc.size, key, len(encoded), self.batch_hash, prev)
-                )  # fmt: skip
-            else:
-                add_event(
-                    (session_id, seq, event_id, kind, got[1], payload, enc.token_count,
-                     enc.size, None, None, None, prev)
-                )  # fmt: skip
             for r in enc.part_rows:
                 add_part(
                     (session_id, seq, r["idx"], r["type"], r["tool_call_id"], r["tool_name"],
                      r["state"], r["token_count"])
                 )  # fmt: skip
-        if encoded:
+            if i == 0 and key is not None:
+                yield (session_id, seq, event_id, kind, got[1], payload, enc.token_count,
+                       enc.size, key, size, self.batch_hash, prev)  # fmt: skip
+            else:
+                yield (session_id, seq, event_id, kind, got[1], payload, enc.token_count,
+                       enc.size, None, None, None, prev)  # fmt: skip
+        if size:
             self.head_hash, self.seq, self.newest = prev, seq, created
-        return event_rows, part_rows
 
 
 def build_rows(
     session_id: str,
     head: int,
     head_hash: str | None,
-    encoded: list[Encoded],
+    encoded: Sequence[Encoded],
     idempotency_key: str | None,
     batch_hash: str | None,
     now: datetime,
@@ -276,27 +277,25 @@ def bulk_insert(conn: Connection, rows: BatchRows) -> datetime:
     Returns the newest event's ``created_at``."""
     driver = conn.connection.driver_connection
     assert driver is not None
-    pg = conn.dialect.name == "postgresql"
-    # All rows are made before the first is sent: streaming them into COPY as they are
-    # hashed measured no faster (the server keeps pace with psycopg's writes), nor did
-    # encoding the events while their rows streamed out (on two cores the encoder and the
-    # server backend slowed each other down by more than the overlap saved); and this
-    # way a refused event stops the batch before the database has seen any of it.
-    event_rows, part_rows = rows.collect(sqlite=not pg)
-    assert rows.newest is not None
     try:
-        if pg:
+        if conn.dialect.name == "postgresql":
+            part_rows: list[tuple[Any, ...]] = []
             with driver.cursor() as cur:
-                # Text COPY: binary COPY with the column types set up front measured no
-                # faster here (the server's inserts, not the parsing, are the cost).
+                # Each row is made while psycopg sends the ones before it and the server
+                # inserts them: the two overlap (an event refused on the way stops the
+                # COPY, and the transaction with it). Text COPY: binary COPY with the
+                # column types set up front measured no faster (the server's inserts,
+                # not the parsing, are the cost).
                 with cur.copy(_PG_COPY_EVENTS) as copy:
-                    for r in event_rows:
+                    for r in rows.stream(False, part_rows):
                         copy.write_row(r)
                 if part_rows:
                     with cur.copy(_PG_COPY_PARTS) as copy:
                         for r in part_rows:
                             copy.write_row(r)
+            assert rows.newest is not None
             return rows.newest
+        event_rows, part_rows = rows.collect(sqlite=True)
         cur = driver.cursor()
         try:
             _insert_sqlite(cur, _EV_SQLITE, event_rows)
@@ -306,6 +305,7 @@ def bulk_insert(conn: Connection, rows: BatchRows) -> datetime:
             cur.close()
     except conn.dialect.loaded_dbapi.Error as exc:
         raise driver_error(conn, exc) from None  # as SQLAlchemy's own statements raise
+    assert rows.newest is not None
     return rows.newest
 
 

@@ -4,12 +4,13 @@ encode a batch up front (:func:`encode_all`) or while it streams the rows out
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from typing import Any
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, overload
 
 from pydantic import BaseModel, ValidationError
 from pydantic_core import PydanticSerializationError
 
+from ._bulk import BULK_MIN
 from ._checks import check_event
 from ._checks import describe_error as _describe
 from .codec import Encoded, check_text, encode, format_ts, read_back
@@ -17,7 +18,7 @@ from .errors import InvalidEventError, PayloadTooLargeError
 from .events import EVENT_ADAPTER, Event
 from .tokens import TokenCounter
 
-__all__ = ["MAX_COUNT", "check_batch", "encode_one", "encode_all"]
+__all__ = ["MAX_COUNT", "check_batch", "encode_one", "encode_all", "encode_for_append", "Encoding"]
 
 MAX_COUNT = 2**31 - 1  # token counts and seqs are 32-bit columns
 
@@ -104,3 +105,67 @@ def encode_all(
     return [
         encode_one(evt, i, counter, blob_threshold, max_event_bytes) for i, evt in enumerate(evts)
     ]
+
+
+class Encoding(Sequence[Encoded]):
+    """A batch's events, each checked and encoded (:func:`encode_one`) when it is first
+    read, in order, and kept: the rows of a large batch are then made while the ones
+    before them are on their way to the database, which inserts them meanwhile (see
+    :func:`eventstore._bulk.bulk_insert`). Reading it through gives what
+    :func:`encode_all` gives, or raises what it raises."""
+
+    def __init__(
+        self,
+        evts: Sequence[Event | dict[str, Any]],
+        counter: TokenCounter,
+        blob_threshold: int | None,
+        max_event_bytes: int,
+    ) -> None:
+        check_batch(evts)
+        self._evts = list(evts)
+        self._args = (counter, blob_threshold, max_event_bytes)
+        self._done: list[Encoded] = []
+
+    def __len__(self) -> int:
+        return len(self._evts)
+
+    def __iter__(self) -> Iterator[Encoded]:
+        done, evts, i = self._done, self._evts, 0
+        while i < len(evts):
+            if i == len(done):  # else made already, by an earlier reading
+                done.append(encode_one(evts[i], i, *self._args))
+            yield done[i]
+            i += 1
+
+    @overload
+    def __getitem__(self, i: int) -> Encoded: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[Encoded]: ...
+    def __getitem__(self, i: int | slice) -> Encoded | Sequence[Encoded]:
+        if isinstance(i, slice):
+            return list(self)[i]
+        at = i + len(self) if i < 0 else i
+        if not 0 <= at < len(self):
+            raise IndexError(i)
+        for k, enc in enumerate(self):
+            if k == at:
+                return enc
+        raise AssertionError("unreachable")
+
+
+def encode_for_append(
+    store: Any, evts: Sequence[Event | dict[str, Any]], idempotency_key: str | None
+) -> Sequence[Encoded]:
+    """:func:`encode_all` with ``store``'s settings (an :class:`~eventstore.EventStore`);
+    on Postgres, a batch large enough for the bulk path as an :class:`Encoding`, encoded
+    as its rows are sent, unless it has an idempotency key (whose digest needs every
+    payload first)."""
+    args = (store.token_counter, store.blob_threshold, store.max_event_bytes)
+    if (
+        store.dialect == "postgresql"
+        and idempotency_key is None
+        and isinstance(evts, Sequence)
+        and len(evts) > BULK_MIN
+    ):
+        return Encoding(evts, *args)
+    return encode_all(evts, *args)

@@ -256,7 +256,7 @@ def _pg_write(
 def try_fast(
     store: Any,
     session_id: str,
-    encoded: list[Encoded],
+    encoded: Sequence[Encoded],
     expected_seq: int | None,
     idempotency_key: str | None,
 ) -> tuple[list[int], int, str | None] | None:

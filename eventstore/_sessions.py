@@ -13,7 +13,7 @@ the session's length, and :meth:`SessionMethods.get_event` finds one event by it
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -206,7 +206,7 @@ _ID_KEY = ("uq_events_id_session_id", "events.id, events.session_id")
 
 
 def taken_id_error(
-    run: Callable[..., Any], session_id: str, encoded: list[Encoded], exc: Exception
+    run: Callable[..., Any], session_id: str, encoded: Sequence[Encoded], exc: Exception
 ) -> InvalidEventError | None:
     """The error that names the event whose caller-given id the session already holds
     (or that another event of the batch has), when ``exc`` is the database refusing the

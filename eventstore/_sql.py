@@ -409,7 +409,7 @@ def append(
     conn: Connection,
     tenant: str,
     session_id: str,
-    encoded: list[Encoded],
+    encoded: Sequence[Encoded],
     *,
     expected_seq: int | None,
     idempotency_key: str | None,

@@ -14,6 +14,7 @@ import os
 import re
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, get_args
@@ -327,7 +328,7 @@ def chain_hash_ts(
     return h.hexdigest()
 
 
-def batch_digest(encoded: list[Encoded]) -> str:
+def batch_digest(encoded: Sequence[Encoded]) -> str:
     """SHA-256 over a batch's kinds, canonical payloads and caller-given ids, in order: what
     an idempotency key is compared by when it is reused."""
     h = hashlib.sha256(f"{len(encoded)}\n".encode())

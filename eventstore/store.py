@@ -32,7 +32,7 @@ from sqlalchemy.exc import DBAPIError
 
 from . import _blobs, _purge, _sql
 from ._checks import check_int as _check_int
-from ._encoding import MAX_COUNT, encode_all
+from ._encoding import MAX_COUNT, encode_all, encode_for_append
 from ._engine import (
     DEFAULT_LOCK_TIMEOUT_MS,
     DEFAULT_URL,
@@ -423,7 +423,7 @@ class EventStore(
                 first one and writes nothing.
         """
         _check_int("expected_seq", expected_seq)
-        encoded = self._encode(events)
+        encoded = encode_for_append(self, events, idempotency_key)
         if (fast := try_fast(self, session_id, encoded, expected_seq, idempotency_key)) is not None:
             return fast[0]  # no result model built for the seqs alone
         return self._append(session_id, encoded, expected_seq, idempotency_key).seqs
@@ -438,7 +438,7 @@ class EventStore(
     ) -> AppendResult:
         """Like :meth:`append`, returning the new head and whether it was a replay."""
         _check_int("expected_seq", expected_seq)
-        encoded = self._encode(events)
+        encoded = encode_for_append(self, events, idempotency_key)
         if (fast := try_fast(self, session_id, encoded, expected_seq, idempotency_key)) is not None:
             seqs, head_seq, head_hash = fast
             return AppendResult(seqs=seqs, head_seq=head_seq, head_hash=head_hash)
@@ -447,7 +447,7 @@ class EventStore(
     def _append(
         self,
         session_id: str,
-        encoded: list[Encoded],
+        encoded: Sequence[Encoded],
         expected_seq: int | None,
         idempotency_key: str | None,
     ) -> AppendResult:

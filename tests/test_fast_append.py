@@ -18,6 +18,7 @@ from eventstore import (
     InvalidEventError,
     Message,
     PartRef,
+    PayloadTooLargeError,
     Prune,
     StorageBusyError,
     StorageError,
@@ -256,6 +257,63 @@ def test_a_bulk_batch_refused_halfway_writes_nothing(store: EventStore) -> None:
         )
     assert store.append(sid, batch[:30]) == list(range(4, 34))
     assert store.verify(sid).ok
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")  # pydantic's, on the mutated part list
+@pytest.mark.parametrize("at", [0, 17, 39])
+@pytest.mark.parametrize("fault", ["dict", "mutated", "too large"])
+def test_a_bulk_batch_with_a_bad_event_anywhere_writes_nothing(
+    db_url: str, tmp_path: Any, fault: str, at: int
+) -> None:
+    """On Postgres a bulk batch is checked and encoded while its rows go out: an event
+    refused at the start, the middle or the end names itself, nothing is written, and the
+    next append goes on from the old head (on SQLite the batch is checked first)."""
+    url = f"sqlite:///{tmp_path / 'b.db'}" if db_url.startswith("sqlite") else db_url
+    with EventStore(url, upgrade=True, max_event_bytes=20_000) as store:
+        sid = store.create_session().id
+        store.append(sid, [Message.user("first")])
+        batch: list[Any] = [Message.user(f"b{i}") for i in range(40)]
+        error: type[Exception] = InvalidEventError
+        if fault == "dict":
+            batch[at] = {"kind": "message", "role": "robot", "parts": []}
+        elif fault == "mutated":  # assignments are not validated: found when encoded
+            batch[at].parts.append("not a part")
+        else:
+            batch[at] = Message.user("x" * 30_000)
+            error = PayloadTooLargeError
+        with pytest.raises(error, match=rf"events\[{at}\]|event #{at} "):
+            store.append(sid, batch)
+        assert store.head(sid) == 1 and store.verify(sid).ok
+        batch[at] = Message.user("fixed")
+        assert store.append(sid, batch) == list(range(2, 42))
+        assert [e.event.text for e in store.read(sid, 2, 41)] == [  # type: ignore[union-attr]
+            m.text for m in batch
+        ]
+
+
+def test_an_encoding_reads_each_event_once_in_order() -> None:
+    from eventstore._encoding import Encoding, encode_all
+    from eventstore.tokens import HeuristicTokenCounter
+
+    class Counting(HeuristicTokenCounter):
+        calls = 0
+
+        def count(self, text: str) -> int:
+            Counting.calls += 1
+            return super().count(text)
+
+    evts = [Message.user(f"m{i}") for i in range(5)]
+    lazy = Encoding(evts, Counting(), None, 1 << 20)
+    assert len(lazy) == 5 and Counting.calls == 0
+    assert lazy[1].payload == encode_all(evts, HeuristicTokenCounter(), None, 1 << 20)[1].payload
+    assert Counting.calls == 2  # events 0 and 1, no further
+    first = list(lazy)
+    assert list(lazy) == first and [e.event for e in first] == evts
+    assert Counting.calls == 5 and lazy[-1] is first[-1] and lazy[1:3] == first[1:3]
+    with pytest.raises(IndexError):
+        lazy[5]
+    with pytest.raises(InvalidEventError):
+        Encoding({"kind": "message"}, Counting(), None, 1 << 20)  # type: ignore[arg-type]
 
 
 def _named(name: str) -> dict[str, Any]:
