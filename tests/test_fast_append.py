@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -336,173 +337,164 @@ def _drop_connections(admin: Any, name: str) -> int:
         )
 
 
+@pytest.fixture
+def droppable(db_url: str) -> Iterator[tuple[EventStore, Callable[[], int]]]:
+    """A Postgres store, and a call that has the server drop its connections (as a
+    restart would) and says how many it dropped."""
+    if db_url.startswith("sqlite"):
+        pytest.skip("Postgres only: a server that drops connections")
+    tenant = f"t-{uuid.uuid4().hex}"
+    admin = create_engine(db_url)
+    try:
+        with EventStore(db_url, tenant=tenant, upgrade=True, **_named(tenant)) as store:
+            yield store, lambda: _drop_connections(admin, tenant)
+    finally:
+        admin.dispose()
+
+
 def test_a_connection_lost_under_a_fast_append_neither_loses_nor_doubles_it(
-    db_url: str,
+    droppable: tuple[EventStore, Callable[[], int]],
 ) -> None:
     """The server drops the kept connection (a restart, a failover): the next append is
     written exactly once, and an append whose outcome was lost with its connection is
     recognised by its hash instead of being written again."""
     from eventstore._fast import landed
 
-    if db_url.startswith("sqlite"):
-        pytest.skip("Postgres only: a server that drops connections")
-    tenant = f"t-{uuid.uuid4().hex}"
-    admin = create_engine(db_url)
-    with EventStore(db_url, tenant=tenant, upgrade=True, **_named(tenant)) as store:
-        sid = store.create_session().id
-        store.append(sid, [Message.user("one")])
-        store.append(sid, [Message.user("two")])  # the fast path, on the kept connection
-        assert _drop_connections(admin, tenant)
-        assert store.append(sid, [Message.user("three")]) == [3]
-        texts = [e.event.text for e in store.read(sid)]  # type: ignore[union-attr]
-        assert texts == ["one", "two", "three"]
-        assert store.verify(sid).ok
-        head_hash = list(store.read(sid))[-1].hash
-        assert landed(store, sid, 3, head_hash)
-        assert not landed(store, sid, 3, "0" * 64) and not landed(store, sid, 4, head_hash)
-    admin.dispose()
+    store, drop = droppable
+    sid = store.create_session().id
+    store.append(sid, [Message.user("one")])
+    store.append(sid, [Message.user("two")])  # the fast path, on the kept connection
+    assert drop()
+    assert store.append(sid, [Message.user("three")]) == [3]
+    texts = [e.event.text for e in store.read(sid)]  # type: ignore[union-attr]
+    assert texts == ["one", "two", "three"]
+    assert store.verify(sid).ok
+    head_hash = list(store.read(sid))[-1].hash
+    assert landed(store, sid, 3, head_hash)
+    assert not landed(store, sid, 3, "0" * 64) and not landed(store, sid, 4, head_hash)
 
 
-def test_a_view_after_the_server_dropped_its_connection_reads_again(db_url: str) -> None:
+def test_a_view_after_the_server_dropped_its_connection_reads_again(
+    droppable: tuple[EventStore, Callable[[], int]],
+) -> None:
     """The view's one statement runs on the driver's own cursor: a connection the server
     dropped is taken out of the pool and the view read again, not raised as a raw driver
     error (nor left in the pool for the next read)."""
-    if db_url.startswith("sqlite"):
-        pytest.skip("Postgres only: a server that drops connections")
-    tenant = f"t-{uuid.uuid4().hex}"
-    admin = create_engine(db_url)
-    with EventStore(db_url, tenant=tenant, upgrade=True, **_named(tenant)) as store:
-        sid = store.create_session().id
-        store.append(sid, [Message.system("rules"), Message.user("task")])
-        before = store.view(sid).to_messages()
-        assert _drop_connections(admin, tenant)
-        assert store.view(sid).to_messages() == before
-        assert store.view(sid).to_messages() == before
-    admin.dispose()
+    store, drop = droppable
+    sid = store.create_session().id
+    store.append(sid, [Message.system("rules"), Message.user("task")])
+    before = store.view(sid).to_messages()
+    assert drop()
+    assert store.view(sid).to_messages() == before
+    assert store.view(sid).to_messages() == before
 
 
 def test_reads_of_a_fork_after_the_server_dropped_its_connection_read_again(
-    db_url: str,
+    droppable: tuple[EventStore, Callable[[], int]],
 ) -> None:
     """A fork's view is read statement by statement inside a transaction, on whichever
     pooled connection comes next: one the server dropped is replaced and the read made
     again, as for a session's one-statement view, and so are the other reads."""
-    if db_url.startswith("sqlite"):
-        pytest.skip("Postgres only: a server that drops connections")
-    tenant = f"t-{uuid.uuid4().hex}"
-    admin = create_engine(db_url)
-    with EventStore(db_url, tenant=tenant, upgrade=True, **_named(tenant)) as store:
-        sid = store.create_session().id
-        store.append(sid, [Message.system("rules"), Message.user("task"), Message.user("more")])
-        fork = store.fork(sid, 2).id
-        store.append(fork, [Message.user("other")])
-        before = store.view(fork).to_messages()
-        assert store.view(fork).to_messages() == before  # known to be a fork by now
-        events = [e.hash for e in store.read(fork)]
-        for read in (
-            lambda: store.view(fork).to_messages(),
-            lambda: [e.hash for e in store.read(fork)],
-            lambda: store.get_session(fork).head_seq,
-        ):
-            first = read()
-            assert _drop_connections(admin, tenant)
-            assert read() == first
-        assert [e.hash for e in store.read(fork)] == events
-    admin.dispose()
+    store, drop = droppable
+    sid = store.create_session().id
+    store.append(sid, [Message.system("rules"), Message.user("task"), Message.user("more")])
+    fork = store.fork(sid, 2).id
+    store.append(fork, [Message.user("other")])
+    before = store.view(fork).to_messages()
+    assert store.view(fork).to_messages() == before  # known to be a fork by now
+    events = [e.hash for e in store.read(fork)]
+    for read in (
+        lambda: store.view(fork).to_messages(),
+        lambda: [e.hash for e in store.read(fork)],
+        lambda: store.get_session(fork).head_seq,
+    ):
+        first = read()
+        assert drop()
+        assert read() == first
+    assert [e.hash for e in store.read(fork)] == events
 
 
-def test_a_pool_of_dropped_connections_costs_no_read(db_url: str) -> None:
+def test_a_pool_of_dropped_connections_costs_no_read(
+    droppable: tuple[EventStore, Callable[[], int]],
+) -> None:
     """After a restart every idle pooled connection is dead: the first read that finds
     one has the pool replace them all, so each kind of read succeeds on its first call."""
     import threading
 
-    if db_url.startswith("sqlite"):
-        pytest.skip("Postgres only: a server that drops connections")
-    tenant = f"t-{uuid.uuid4().hex}"
-    admin = create_engine(db_url)
-    with EventStore(db_url, tenant=tenant, upgrade=True, **_named(tenant)) as store:
-        sid = store.create_session().id
-        store.append(sid, [Message.system("rules"), Message.user("task")])
-        fork = store.fork(sid, 2).id
-        want = {s: store.view(s).to_messages() for s in (sid, fork)}
-        for read in (
-            lambda: store.view(sid).to_messages() == want[sid],
-            lambda: store.view(fork).to_messages() == want[fork],
-            lambda: len(list(store.read(sid))) == 2,
-        ):
-            held = [store.engine.connect() for _ in range(4)]  # four idle in the pool
-            for conn in held:
-                conn.exec_driver_sql("SELECT 1")
-                conn.close()
-            assert _drop_connections(admin, tenant) >= 4
-            results: list[bool] = []
+    store, drop = droppable
+    sid = store.create_session().id
+    store.append(sid, [Message.system("rules"), Message.user("task")])
+    fork = store.fork(sid, 2).id
+    want = {s: store.view(s).to_messages() for s in (sid, fork)}
+    for read in (
+        lambda: store.view(sid).to_messages() == want[sid],
+        lambda: store.view(fork).to_messages() == want[fork],
+        lambda: len(list(store.read(sid))) == 2,
+    ):
+        held = [store.engine.connect() for _ in range(4)]  # four idle in the pool
+        for conn in held:
+            conn.exec_driver_sql("SELECT 1")
+            conn.close()
+        assert drop() >= 4
+        results: list[bool] = []
 
-            def _call(read: Any = read, results: list[bool] = results) -> None:
-                results.append(read())
+        def _call(read: Any = read, results: list[bool] = results) -> None:
+            results.append(read())
 
-            threads = [threading.Thread(target=_call) for _ in range(3)]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
-            assert results == [True, True, True]
-    admin.dispose()
+        threads = [threading.Thread(target=_call) for _ in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert results == [True, True, True]
 
 
 def test_writes_lost_with_their_connection_before_the_commit_are_made_again_once(
-    db_url: str,
+    droppable: tuple[EventStore, Callable[[], int]],
 ) -> None:
     """A write whose connection the server closed before the commit was sent was rolled
     back: the store makes it again on a fresh connection, and it lands exactly once
     (a batch on the ordinary path, a keyed append, a new session)."""
-    if db_url.startswith("sqlite"):
-        pytest.skip("Postgres only: a server that drops connections")
-    tenant = f"t-{uuid.uuid4().hex}"
-    admin = create_engine(db_url)
-    with EventStore(db_url, tenant=tenant, upgrade=True, **_named(tenant)) as store:
-        sid = store.create_session().id
-        store.append(sid, [Message.user("one")])
-        assert _drop_connections(admin, tenant)
-        batch = [Message.user(f"b{i}") for i in range(40)]  # more than the fast path takes
-        assert store.append(sid, batch) == list(range(2, 42))
-        assert _drop_connections(admin, tenant)
-        assert store.append(sid, [Message.user("keyed")], idempotency_key="k1") == [42]
-        assert store.append(sid, [Message.user("keyed")], idempotency_key="k1") == [42]
-        assert _drop_connections(admin, tenant)
-        other = store.create_session(title="after").id
-        assert store.get_session(other).title == "after"
-        assert store.head(sid) == 42 and store.verify(sid).ok
-        assert len(store.list_sessions()) == 2
-    admin.dispose()
+    store, drop = droppable
+    sid = store.create_session().id
+    store.append(sid, [Message.user("one")])
+    assert drop()
+    batch = [Message.user(f"b{i}") for i in range(40)]  # more than the fast path takes
+    assert store.append(sid, batch) == list(range(2, 42))
+    assert drop()
+    assert store.append(sid, [Message.user("keyed")], idempotency_key="k1") == [42]
+    assert store.append(sid, [Message.user("keyed")], idempotency_key="k1") == [42]
+    assert drop()
+    other = store.create_session(title="after").id
+    assert store.get_session(other).title == "after"
+    assert store.head(sid) == 42 and store.verify(sid).ok
+    assert len(store.list_sessions()) == 2
 
 
-def test_a_write_lost_while_it_committed_is_reported_not_made_again(db_url: str) -> None:
+def test_a_write_lost_while_it_committed_is_reported_not_made_again(
+    droppable: tuple[EventStore, Callable[[], int]],
+) -> None:
     """Lost during its commit, a write may have landed: it is raised, saying so, and never
     written a second time."""
-    if db_url.startswith("sqlite"):
-        pytest.skip("Postgres only: a server that drops connections")
-    tenant = f"t-{uuid.uuid4().hex}"
-    admin = create_engine(db_url)
-    with EventStore(db_url, tenant=tenant, upgrade=True, **_named(tenant)) as store:
-        sid = store.create_session().id
-        store.append(sid, [Message.user("one")])
-        commits = []
+    store, drop = droppable
+    sid = store.create_session().id
+    store.append(sid, [Message.user("one")])
+    commits = []
 
-        def _drop_on_commit(_conn: Any) -> None:
-            if not commits:  # the write's commit (reads commit too)
-                commits.append(_drop_connections(admin, tenant))
+    def _drop_on_commit(_conn: Any) -> None:
+        if not commits:  # the write's commit (reads commit too)
+            commits.append(drop())
 
-        event.listen(store.engine, "commit", _drop_on_commit)
-        try:
-            with pytest.raises(StorageError, match="lost while the write committed"):
-                store.append(sid, [Message.user(f"b{i}") for i in range(40)])
-        finally:
-            event.remove(store.engine, "commit", _drop_on_commit)
-        assert commits == [1]
-        # The commit never reached the server here; what matters is that it was not
-        # written twice (and that nothing past the batch was).
-        assert store.head(sid) in (1, 41) and store.verify(sid).ok
-    admin.dispose()
+    event.listen(store.engine, "commit", _drop_on_commit)
+    try:
+        with pytest.raises(StorageError, match="lost while the write committed"):
+            store.append(sid, [Message.user(f"b{i}") for i in range(40)])
+    finally:
+        event.remove(store.engine, "commit", _drop_on_commit)
+    assert commits == [1]
+    # The commit never reached the server here; what matters is that it was not
+    # written twice (and that nothing past the batch was).
+    assert store.head(sid) in (1, 41) and store.verify(sid).ok
 
 
 def test_times_are_stored_alike_on_every_path(db_url: str) -> None:
