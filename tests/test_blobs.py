@@ -69,6 +69,27 @@ def test_a_large_image_in_three_sessions_is_stored_once(api_store: Any) -> None:
     assert all(i.stored.event.parts[1].data == image for i in items)
 
 
+def test_attachments_in_a_bulk_batch_are_stored_and_read_back(store: EventStore) -> None:
+    """A batch past the bulk threshold (on Postgres encoded while its rows stream out)
+    keeps its attachments as blobs, shared where equal, and reads them back whole."""
+    images = [_png(640, 480, 200_000 + i % 3) for i in range(3)]
+    batch = [_image_message(images[i % 3], f"n{i}") for i in range(30)]
+    sid = store.create_session().id
+    assert store.append(sid, batch) == list(range(1, 31))
+    with store.engine.connect() as conn:
+        sizes = sorted(
+            r[0]
+            for r in conn.execute(
+                text("SELECT size FROM blobs WHERE tenant = :t"), {"t": store.tenant}
+            )
+        )
+    assert sizes == sorted(len(i) for i in images)
+    for stored in store.read(sid):
+        part = stored.event.parts[1]  # type: ignore[union-attr]
+        assert part.data == images[(stored.seq - 1) % 3]
+    assert store.verify(sid).ok
+
+
 def test_small_attachments_stay_inline(store: EventStore) -> None:
     s = store.create_session()
     store.append(s.id, [_image_message(_png(16, 16, 100))])
