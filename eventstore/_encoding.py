@@ -1,6 +1,7 @@
 """Events checked and encoded for an append: one event at a time, so that a caller can
-encode a batch up front (:func:`encode_all`) or while it streams the rows out
-(:mod:`eventstore._stream`). Nothing here touches the database."""
+encode a batch up front (:func:`encode_all`) or while its rows stream out
+(:class:`Encoding`, read by :func:`eventstore._bulk.bulk_insert`). Nothing here touches
+the database."""
 
 from __future__ import annotations
 
