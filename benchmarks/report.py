@@ -570,7 +570,10 @@ def render(
         "event (on SQLite `BEGIN IMMEDIATE`, the guarded head move with its feed trigger, "
         "the event and parts inserts, `COMMIT`; on Postgres its one guarded statement in "
         "autocommit) sent straight through the driver into the store's schema, with the head "
-        "remembered as the store remembers it. Floor → store's SQL is the cost of the schema and "
+        "remembered as the store remembers it. On SQLite it writes to a database file of its "
+        "own, as the floor does (a WAL connection drops its page cache whenever another "
+        "connection has written to its file: sharing the store's file would cost both of them "
+        "that on every append). Floor → store's SQL is the cost of the schema and "
         "its round trips; store's SQL → eventstore is the library's Python work. The three "
         "are timed alternately, one append each in turn.",
         "",
