@@ -149,8 +149,45 @@ class BatchRows:
     def collect(self, sqlite: bool) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
         """The ``events`` and ``parts`` rows as driver parameters, in ``_EVENT_COLS``
         and ``_PART_COLS`` order (see :meth:`stream`)."""
+        if len(self.encoded) == 1 and self.idempotency_key is None:
+            return self._one(sqlite)
         part_rows: list[tuple[Any, ...]] = []
         return list(self.stream(sqlite, part_rows)), part_rows
+
+    def _one(self, sqlite: bool) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+        """:meth:`stream`'s rows for one event without an idempotency key (a single
+        append), made without its per-batch bookkeeping; a test holds the two equal."""
+        enc = self.encoded[0]
+        evt, session_id, seq = enc.event, self.session_id, self.seq + 1
+        event_id = evt.id or new_ids(1)[0]
+        created = evt.created_at or self.now
+        if created.tzinfo is UTC and created.year >= 1000:
+            # format_ts's text and the SQLite column's, from one isoformat.
+            plain = created.replace(tzinfo=None).isoformat(" ", "microseconds")
+            ts = f"{plain[:10]}T{plain[11:]}Z"
+            stamp: Any = plain if sqlite else created
+        else:
+            ts = format_ts(created)
+            stamp = created
+            if sqlite:
+                stamp = ts[:10] + " " + ts[11:-1] if len(ts) == 27 else _sqlite_ts(created)
+        kind, payload = enc.kind, enc.payload
+        h = hashlib.sha256(f"{self.head_hash or ''}\n{seq}\n{event_id}\n{kind}\n{ts}\n".encode())
+        h.update(payload.encode("utf-8"))
+        digest = h.hexdigest()
+        if type(evt) is not Message:
+            check_references(evt, seq, "events[0].")
+            if isinstance(evt, Prune):
+                self.prunes.append((seq, evt, created))
+        parts = [
+            (session_id, seq, r["idx"], r["type"], r["tool_call_id"], r["tool_name"], r["state"],
+             r["token_count"])
+            for r in enc.part_rows
+        ]  # fmt: skip
+        self.head_hash, self.seq, self.newest = digest, seq, created
+        row = (session_id, seq, event_id, kind, stamp, payload, enc.token_count, enc.size, None,
+               None, None, digest)  # fmt: skip
+        return [row], parts
 
     def stream(self, sqlite: bool, part_rows: list[tuple[Any, ...]]) -> Iterator[tuple[Any, ...]]:
         """Each event's ``events`` row as driver parameters, in ``_EVENT_COLS`` order, made

@@ -537,6 +537,49 @@ def test_times_are_stored_alike_on_every_path(db_url: str) -> None:
         assert store.verify(fast_sid).ok and store.verify(slow_sid).ok
 
 
+@pytest.mark.parametrize("sqlite", [True, False])
+def test_one_event_rows_are_the_streamed_rows(sqlite: bool) -> None:
+    """A single append's rows (BatchRows._one) are what the batch loop makes for it."""
+    from datetime import timedelta, timezone
+
+    from eventstore._bulk import BatchRows
+    from eventstore._encoding import encode_all
+    from eventstore.codec import chain_hash
+    from eventstore.tokens import HeuristicTokenCounter
+
+    now = datetime(2025, 1, 2, 3, 4, 5, 6, tzinfo=UTC)
+    east = timezone(timedelta(hours=5, minutes=30))
+    old, abroad = datetime(987, 6, 5, tzinfo=UTC), datetime(2024, 5, 6, 7, 8, tzinfo=east)
+    evts: list[Any] = [
+        Message.user("no time, no id"),
+        Message(role="user", parts=[TextPart(text="old")], created_at=old),
+        Message(role="user", parts=[TextPart(text="abroad")], created_at=abroad, id="e1"),
+        {"kind": "message", "role": "user", "parts": [{"type": "text", "text": "dict"}],
+         "created_at": "2024-05-06T07:08:09.123456Z", "id": "given"},
+        Message.tool("c9", "o", name="ls"),
+        Condensation(forgotten_from=1, forgotten_to=2, summary="s"),
+        Prune(targets=[PartRef(seq=1, index=0)]),
+    ]  # fmt: skip
+    for evt in evts:
+        enc = encode_all([evt], HeuristicTokenCounter(), None, 1 << 30)
+        one = BatchRows("s1", 7, "h" * 64, enc, None, None, now)
+        got_events, got_parts = one.collect(sqlite)
+        loop = BatchRows("s1", 7, "h" * 64, enc, None, None, now)
+        want_parts: list[tuple[Any, ...]] = []
+        want_events = list(loop.stream(sqlite, want_parts))
+        assert len(got_events) == len(want_events) == 1
+        got, want = got_events[0], want_events[0]
+        if enc[0].event.id is None:  # a fresh id each: the rest must match, the hash on its own
+            assert got[3:-1] == want[3:-1] and got[:2] == want[:2]
+            created = enc[0].event.created_at or now
+            assert got[-1] == chain_hash("h" * 64, 8, got[2], got[3], created, got[5])
+        else:
+            assert got == want
+        assert got_parts == want_parts
+        assert (one.seq, one.head_hash, one.newest) == (loop.seq, got[-1], loop.newest)
+        assert [(s, type(e)) for s, e, _ in one.prunes] == [(s, type(e)) for s, e, _ in loop.prunes]
+
+
 @pytest.mark.parametrize("key", [None, "k1"])
 @pytest.mark.parametrize("sqlite", [True, False])
 def test_driver_rows_are_the_dict_rows_in_column_order(key: str | None, sqlite: bool) -> None:
