@@ -161,16 +161,7 @@ class BatchRows:
         evt, session_id, seq = enc.event, self.session_id, self.seq + 1
         event_id = evt.id or new_ids(1)[0]
         created = evt.created_at or self.now
-        if created.tzinfo is UTC and created.year >= 1000:
-            # format_ts's text and the SQLite column's, from one isoformat.
-            plain = created.replace(tzinfo=None).isoformat(" ", "microseconds")
-            ts = f"{plain[:10]}T{plain[11:]}Z"
-            stamp: Any = plain if sqlite else created
-        else:
-            ts = format_ts(created)
-            stamp = created
-            if sqlite:
-                stamp = ts[:10] + " " + ts[11:-1] if len(ts) == 27 else _sqlite_ts(created)
+        ts, stamp = _time_texts(created, sqlite)
         kind, payload = enc.kind, enc.payload
         h = hashlib.sha256(f"{self.head_hash or ''}\n{seq}\n{event_id}\n{kind}\n{ts}\n".encode())
         h.update(payload.encode("utf-8"))
@@ -218,13 +209,7 @@ class BatchRows:
             created = evt.created_at or now
             got = stamps.get(created)
             if got is None:
-                ts = format_ts(created)
-                stamp: Any = created
-                if sqlite:
-                    # format_ts's text is the same UTC time; it names years below 1000 its
-                    # platform's way, so those are written out as the ordinary path does.
-                    stamp = ts[:10] + " " + ts[11:-1] if len(ts) == 27 else _sqlite_ts(created)
-                got = stamps[created] = (ts, stamp)
+                got = stamps[created] = _time_texts(created, sqlite)
             kind, payload = enc.kind, enc.payload
             # chain_hash_ts, inline: one call less per event.
             h = sha256(f"{prev or ''}\n{seq}\n{event_id}\n{kind}\n{got[0]}\n".encode())
@@ -269,6 +254,21 @@ def build_rows(
         event_rows.append(row)
         part_rows += parts_of
     return event_rows, part_rows, rows.prunes, rows.head_hash, rows.seq
+
+
+def _time_texts(created: datetime, sqlite: bool) -> tuple[str, Any]:
+    """An event time's hashed text (:func:`format_ts`) and its column value: on SQLite the
+    text SQLAlchemy stores there (:func:`_sqlite_ts`), else the datetime itself."""
+    if created.tzinfo is UTC and created.year >= 1000:
+        # Both texts from one isoformat (format_ts's, without its conversions).
+        plain = created.replace(tzinfo=None).isoformat(" ", "microseconds")
+        return f"{plain[:10]}T{plain[11:]}Z", plain if sqlite else created
+    ts = format_ts(created)
+    if not sqlite:
+        return ts, created
+    # format_ts's text is the same UTC time; it names years below 1000 its platform's
+    # way, so those are written out as the ordinary path does.
+    return ts, ts[:10] + " " + ts[11:-1] if len(ts) == 27 else _sqlite_ts(created)
 
 
 def _sqlite_ts(value: datetime) -> str:
