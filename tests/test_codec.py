@@ -251,6 +251,63 @@ def test_new_ids_are_uuid7_unique_and_increasing() -> None:
     assert ids == sorted(ids)
 
 
+def _id_ms(value: str) -> int:
+    return int(value.replace("-", "")[:12], 16)
+
+
+def test_new_ids_carry_the_clock_and_their_counter() -> None:
+    """An id holds the millisecond it was made in (or a later one, once 4,096 ids in one
+    millisecond carried its counter over), its counter goes up by one per id within a
+    millisecond, and rand_b is random (no two ids share it)."""
+    import time as _time
+
+    from eventstore import codec
+
+    while _time.time_ns() // 1_000_000 <= codec._last_ms:  # a millisecond of its own
+        _time.sleep(0.001)
+    before = _time.time_ns() // 1_000_000
+    ids = new_ids(10_000)
+    after = _time.time_ns() // 1_000_000
+    stamps = [_id_ms(i) for i in ids]
+    assert before <= stamps[0] <= after
+    # 10,000 ids from one clock reading, the counter starting below 2,048 in a new
+    # millisecond: they carry into the next two.
+    assert stamps[-1] - stamps[0] == 2
+    counters = [int(i[15:18], 16) for i in ids]
+    for k in range(1, len(ids)):
+        if stamps[k] == stamps[k - 1]:
+            assert counters[k] == counters[k - 1] + 1
+        else:
+            assert (stamps[k], counters[k], counters[k - 1]) == (stamps[k - 1] + 1, 0, 4095)
+    assert len({i[19:] for i in ids}) == len(ids)
+
+
+def test_new_ids_go_on_after_a_carry_while_the_clock_stands_still(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Ids made faster than the clock moves (a carried counter) are followed by larger
+    ones: the next call goes on from the millisecond the last id carried into."""
+    from eventstore import codec
+
+    frozen = (codec._last_ms + 10) * 1_000_000
+    monkeypatch.setattr(codec.time, "time_ns", lambda: frozen)
+    first, second, third = new_ids(5_000), new_ids(5_000), new_ids(1)
+    every = first + second + third
+    assert every == sorted(every) and len(set(every)) == len(every)
+    assert _id_ms(third[0]) > _id_ms(first[0]) + 1
+
+
+def test_new_ids_from_many_threads_are_unique_and_each_call_in_order() -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(8) as pool:
+        batches = list(pool.map(new_ids, [k % 97 for k in range(800)]))
+    every = [i for b in batches for i in b]
+    assert len(set(every)) == len(every) == sum(k % 97 for k in range(800))
+    assert all(b == sorted(b) for b in batches)
+    assert all(_UUID7.fullmatch(i) for i in every)
+
+
 def test_every_event_class_is_dumped_as_the_union_dumps_it() -> None:
     """Each event class is dumped by its own serializer (skipping the union's dispatch);
     the payload must be what the union's serializer gives, for every kind."""
