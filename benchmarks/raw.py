@@ -248,8 +248,8 @@ class StoreRows:
         c = self.conn
         c.execute("BEGIN IMMEDIATE")
         c.execute("SELECT head_seq FROM sessions WHERE id = ?", (self.sid,)).fetchone()
-        _bulk._insert_sqlite(c, _bulk._EV_SHAPE, self.sid, ev)
-        _bulk._insert_sqlite(c, _bulk._PT_SHAPE, self.sid, pt)
+        _bulk._SQLITE_EVENTS.insert(c, self.sid, ev)
+        _bulk._SQLITE_PARTS.insert(c, self.sid, pt)
         c.execute(
             "UPDATE sessions SET head_seq = ?, head_hash = ?, updated_at = ? WHERE id = ?",
             (self.head, self.head_hash, newest, self.sid),

@@ -9,7 +9,8 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
-from operator import itemgetter
+from itertools import chain, compress
+from operator import itemgetter, not_
 from typing import Any
 
 from sqlalchemy.engine import Connection
@@ -308,7 +309,7 @@ def _sqlite_event_rows(rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
 
 def bulk_insert(conn: Connection, rows: BatchRows) -> datetime:
     """Insert a batch's rows through the driver, inside the caller's transaction:
-    multi-row INSERTs on SQLite (:func:`_insert_sqlite`), ``COPY`` on Postgres. The same
+    multi-row INSERTs on SQLite (:class:`_SQLiteTable`), ``COPY`` on Postgres. The same
     rows, and so the same stored bytes, as SQLAlchemy's ``executemany`` without its
     per-row processing. Returns the newest event's ``created_at``."""
     driver = conn.connection.driver_connection
@@ -334,11 +335,8 @@ def bulk_insert(conn: Connection, rows: BatchRows) -> datetime:
         event_rows, part_rows = rows.collect(sqlite=True)
         cur = driver.cursor()
         try:
-            if event_rows[0][_KEY] is not None:  # a keyed batch's first row holds its key
-                cur.execute(_EV_SQLITE, event_rows[0])
-                event_rows = event_rows[1:]
-            _insert_sqlite(cur, _EV_SHAPE, rows.session_id, event_rows)
-            _insert_sqlite(cur, _PT_SHAPE, rows.session_id, part_rows)
+            _SQLITE_EVENTS.insert(cur, rows.session_id, event_rows)
+            _SQLITE_PARTS.insert(cur, rows.session_id, part_rows)
         finally:
             cur.close()
     except conn.dialect.loaded_dbapi.Error as exc:
@@ -347,50 +345,68 @@ def bulk_insert(conn: Connection, rows: BatchRows) -> datetime:
     return rows.newest
 
 
-#: Rows per multi-row INSERT on SQLite: 1 + 8 × 120 = 961 bound values for events (the
-#: session id once, then each row's own 8), under 999, the limit before SQLite 3.32.
+#: Rows per multi-row INSERT on SQLite: at most 1 + 8 × 120 = 961 bound values for
+#: events (the session id once, then each row's own), under 999, the limit before SQLite
+#: 3.32.
 SQLITE_ROWS_PER_INSERT = 120
 
 
-class _Shape:
-    """How a bulk INSERT on SQLite writes each column of ``table``: ``?1`` is the session
-    id, bound once per statement for all its rows; ``?`` a value of the row's own; NULL a
-    column NULL on every row it writes. Fewer values bound per row than one per column:
-    about a fifth less time in SQLite for a batch of messages."""
+class _SQLiteTable:
+    """A table's bulk INSERTs on SQLite, written to bind as few values as they can.
 
-    def __init__(self, table: str, cols: tuple[str, ...], written: tuple[str, ...]) -> None:
-        self.table, self.cols, self.written = table, cols, written
-        self.own = itemgetter(*(i for i, w in enumerate(written) if w == "?"))
-        self._sql: dict[int, str] = {}
+    The session id is bound once per statement (``?1``) for all its rows. ``sqlite3``
+    binds None slowly (for every None it looks for an adapter, and finds none), so the
+    rows that hold NULL in every one of the ``nullable`` columns (most rows: an unkeyed
+    batch's events, text parts) go through statements that write those NULLs as
+    literals: an events row then binds 8 values instead of 12, a text part 4 instead of
+    8. Rows keep their order within each of the two kinds; the kind of the first row goes
+    first.
+    """
 
-    def sql(self, rows: int) -> str:
-        """The INSERT of ``rows`` rows."""
-        sql = self._sql.get(rows)
-        if sql is None:
-            group = f"({', '.join(self.written)})"
-            sql = self._sql[rows] = (
-                f"INSERT INTO {self.table} ({', '.join(self.cols)}) "
-                f"VALUES {', '.join([group] * rows)}"
-            )
-        return sql
+    def __init__(self, table: str, cols: tuple[str, ...], nullable: tuple[str, ...]) -> None:
+        null_at = sorted(cols.index(c) for c in nullable)
+        self._nullable = itemgetter(*null_at)
+        # What the getter gives for a row NULL in all of them (one column: the value).
+        self._nones: Any = (None,) * len(null_at) if len(null_at) > 1 else None
+        self._head = f"INSERT INTO {table} ({', '.join(cols)}) VALUES "
+        self._bound = self._shape(len(cols), set())
+        self._nulls = self._shape(len(cols), set(null_at))
+
+    @staticmethod
+    def _shape(width: int, null_at: set[int]) -> tuple[Any, str, dict[int, str]]:
+        """For rows NULL at ``null_at``: the getter of their bound values (never one
+        value alone: every row binds its seq and more), one row's VALUES, and the
+        statements made so far, by row count."""
+        own = [i for i in range(1, width) if i not in null_at]
+        values = ["?1"] + ["NULL" if i in null_at else "?" for i in range(1, width)]
+        return itemgetter(*own), f"({', '.join(values)})", {}
+
+    def insert(self, cur: Any, session_id: str, rows: list[tuple[Any, ...]]) -> None:
+        """``rows`` (whole rows in column order, all of ``session_id``), up to
+        :data:`SQLITE_ROWS_PER_INSERT` per statement: about a tenth less time in SQLite
+        than one ``executemany`` row by row."""
+        if not rows:
+            return
+        # Both kinds picked out in C loops (a Python loop per row cost what it saved).
+        null = list(map(self._nones.__eq__, map(self._nullable, rows)))
+        nulls = list(compress(rows, null))
+        bound = list(compress(rows, map(not_, null))) if len(nulls) < len(rows) else []
+        kinds = [(self._nulls, nulls), (self._bound, bound)]
+        if bound and bound[0] is rows[0]:
+            kinds.reverse()
+        k = SQLITE_ROWS_PER_INSERT
+        for (own, one, made), group in kinds:
+            for at in range(0, len(group), k):
+                chunk = group[at : at + k]
+                params: list[Any] = [session_id]
+                params += chain.from_iterable(map(own, chunk))
+                sql = made.get(len(chunk))
+                if sql is None:
+                    sql = made[len(chunk)] = self._head + ", ".join([one] * len(chunk))
+                cur.execute(sql, params)
 
 
-#: An events row's idempotency columns are NULL on every row but a keyed batch's first,
-#: which is written on its own.
-_EV_SHAPE = _Shape("events", _EVENT_COLS, ("?1",) + ("?",) * 7 + ("NULL",) * 3 + ("?",))
-_PT_SHAPE = _Shape("parts", _PART_COLS, ("?1",) + ("?",) * 7)
-_KEY = _EVENT_COLS.index("idempotency_key")
-
-
-def _insert_sqlite(cur: Any, shape: _Shape, session_id: str, rows: list[tuple[Any, ...]]) -> None:
-    """``rows`` (whole rows in column order, all of ``session_id``, NULL where ``shape``
-    writes NULL) up to :data:`SQLITE_ROWS_PER_INSERT` rows per statement: about a tenth
-    less time in SQLite than one ``executemany`` row by row."""
-    k, own = SQLITE_ROWS_PER_INSERT, shape.own
-    for at in range(0, len(rows), k):
-        chunk = rows[at : at + k]
-        params: list[Any] = [session_id]
-        add = params.extend
-        for r in chunk:
-            add(own(r))
-        cur.execute(shape.sql(len(chunk)), params)
+_SQLITE_EVENTS = _SQLiteTable(
+    "events", _EVENT_COLS, ("idempotency_key", "batch_size", "batch_digest")
+)
+_SQLITE_PARTS = _SQLiteTable("parts", _PART_COLS, ("tool_call_id", "tool_name", "state"))

@@ -28,6 +28,8 @@ from eventstore import (
     _sql,
 )
 
+_T0 = datetime(2025, 5, 6, 7, 0, 0, 654321, tzinfo=UTC)
+
 
 def _batch(i: int) -> list[Message]:
     when = datetime(2025, 5, 6, 7, 8, i, 123456, tzinfo=UTC)
@@ -159,10 +161,20 @@ def test_bulk_rows_are_every_column_of_the_ordinary_paths_rows(
     the same through the driver's bulk path (a keyed batch's first row written on its
     own, the session id bound once per statement on SQLite) as through SQLAlchemy's
     ``executemany``: events with ids and times of their own make both chains equal.
-    140 events cross SQLite's rows per INSERT with a remainder."""
+    The larger batch crosses SQLite's rows per INSERT with a remainder."""
+    # Tool calls and results (parts with an id, a name or a state) among text messages
+    # (parts NULL in all three), in runs of both kinds.
+    mixed = [
+        m
+        for i in range(pairs)
+        for m in (
+            _batch(i % 60)
+            if i % 3
+            else [Message.user(f"u{i}").model_copy(update={"created_at": _T0}), *_batch(i % 60)]
+        )
+    ]
     events = [
-        m.model_copy(update={"id": f"{n:04d}-{uuid.uuid4().hex[:8]}"})
-        for n, m in enumerate(m for i in range(pairs) for m in _batch(i % 60))
+        m.model_copy(update={"id": f"{n:04d}-{uuid.uuid4().hex[:8]}"}) for n, m in enumerate(mixed)
     ]
     sids = [str(uuid.uuid4()) for _ in range(2)]
     with EventStore(db_url, tenant=f"t-{uuid.uuid4().hex}", upgrade=True) as store:
@@ -186,6 +198,7 @@ def test_bulk_rows_are_every_column_of_the_ordinary_paths_rows(
             for k, rows in enumerate(got)
         )
         assert len(bulk_events) == len(events) and len(bulk_parts) == len(events)
+        assert {r[3] for r in bulk_parts} == {"text", "tool_call", "tool_result"}
         assert bulk_events == plain_events
         assert bulk_parts == plain_parts
         assert sum(r._mapping["idempotency_key"] is not None for r in got[0]) == (key is not None)
