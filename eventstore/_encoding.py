@@ -16,7 +16,7 @@ from ._checks import check_event
 from ._checks import describe_error as _describe
 from .codec import Encoded, check_text, encode, format_ts, read_back
 from .errors import InvalidEventError, PayloadTooLargeError
-from .events import EVENT_ADAPTER, Event
+from .events import EVENT_ADAPTER, Event, Message
 from .tokens import TokenCounter
 
 __all__ = ["MAX_COUNT", "check_batch", "encode_one", "encode_all", "encode_for_append", "Encoding"]
@@ -40,7 +40,9 @@ def encode_one(
 ) -> Encoded:
     """``events[i]`` validated, checked and encoded, or :class:`InvalidEventError` /
     :class:`PayloadTooLargeError` naming it."""
-    if isinstance(evt, dict):
+    if type(evt) is Message:
+        checked = False
+    elif isinstance(evt, dict):
         try:
             evt = EVENT_ADAPTER.validate_python(evt)
         except ValidationError as exc:
