@@ -365,9 +365,10 @@ class _SQLiteTable:
 
     def __init__(self, table: str, cols: tuple[str, ...], nullable: tuple[str, ...]) -> None:
         null_at = sorted(cols.index(c) for c in nullable)
+        if len(null_at) < 2:  # the getter must give a tuple to compare with _nones
+            raise ValueError("name two nullable columns or more")
         self._nullable = itemgetter(*null_at)
-        # What the getter gives for a row NULL in all of them (one column: the value).
-        self._nones: Any = (None,) * len(null_at) if len(null_at) > 1 else None
+        self._nones = (None,) * len(null_at)  # what the getter gives for a row NULL in all
         self._head = f"INSERT INTO {table} ({', '.join(cols)}) VALUES "
         self._bound = self._shape(len(cols), set())
         self._nulls = self._shape(len(cols), set(null_at))

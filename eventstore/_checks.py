@@ -179,7 +179,8 @@ def check_event(evt: Event, prefix: str = "") -> None:
     """:func:`check_json_value` over every free-form field of ``evt``."""
     if type(evt) is Message:  # the common case, read straight from its fields
         fields = evt.__dict__
-        for i, part in enumerate(fields["parts"]):
+        # (A message built without its parts fails to encode next, with a clear error.)
+        for i, part in enumerate(fields.get("parts") or ()):
             if isinstance(part, ProviderPart):
                 check_json_value(f"{prefix}parts[{i}].item", part.item)
         for name in _FREE_FORM[Message]:

@@ -274,6 +274,10 @@ def test_mutated_model_is_validated_before_storing(store: EventStore) -> None:
         warnings.simplefilter("ignore")
         with pytest.raises(InvalidEventError, match=r"events\[0\]: cannot be serialized"):
             store.append(s.id, [not_a_part])
+    no_parts = Message.user("x")
+    del no_parts.__dict__["parts"]  # a field gone from the model: refused, not a crash
+    with pytest.raises(InvalidEventError, match=r"events\[0\]: cannot be serialized"):
+        store.append(s.id, [no_parts])
     with pytest.raises(InvalidEventError, match="not an event"):
         store.append(s.id, [object()])  # type: ignore[list-item]
     with pytest.raises(InvalidEventError, match="list of events"):
