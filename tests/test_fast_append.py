@@ -158,8 +158,9 @@ def test_bulk_rows_are_every_column_of_the_ordinary_paths_rows(
     db_url: str, monkeypatch: pytest.MonkeyPatch, key: str | None, pairs: int
 ) -> None:
     """Every column of every row, the idempotency columns and the hash chain included, is
-    the same through the driver's bulk path (a keyed batch's first row written on its
-    own, the session id bound once per statement on SQLite) as through SQLAlchemy's
+    the same through the driver's bulk path (on SQLite: the session id bound once per
+    statement, rows NULL in every nullable column written with literal NULLs, the others,
+    a keyed batch's first row among them, bound whole) as through SQLAlchemy's
     ``executemany``: events with ids and times of their own make both chains equal.
     The larger batch crosses SQLite's rows per INSERT with a remainder."""
     # Tool calls and results (parts with an id, a name or a state) among text messages
