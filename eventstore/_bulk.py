@@ -163,9 +163,7 @@ class BatchRows:
         created = evt.created_at or self.now
         ts, stamp = _time_texts(created, sqlite)
         kind, payload = enc.kind, enc.payload
-        h = hashlib.sha256(f"{self.head_hash or ''}\n{seq}\n{event_id}\n{kind}\n{ts}\n".encode())
-        h.update(payload.encode("utf-8"))
-        digest = h.hexdigest()
+        digest = chain_hash_ts(self.head_hash, seq, event_id, kind, ts, payload)
         if type(evt) is not Message:
             check_references(evt, seq, "events[0].")
             if isinstance(evt, Prune):
@@ -393,7 +391,7 @@ class _SQLiteTable:
         nulls = list(compress(rows, null))
         bound = list(compress(rows, map(not_, null))) if len(nulls) < len(rows) else []
         kinds = [(self._nulls, nulls), (self._bound, bound)]
-        if bound and bound[0] is rows[0]:
+        if not null[0]:
             kinds.reverse()
         k = SQLITE_ROWS_PER_INSERT
         for (own, one, made), group in kinds:

@@ -177,26 +177,17 @@ _FREE_FORM: dict[type, tuple[str, ...]] = {
 
 def check_event(evt: Event, prefix: str = "") -> None:
     """:func:`check_json_value` over every free-form field of ``evt``."""
-    if type(evt) is Message:  # the common case, read straight from its fields
-        fields = evt.__dict__
-        # (A message built without its parts fails to encode next, with a clear error.)
-        for i, part in enumerate(fields.get("parts") or ()):
-            if isinstance(part, ProviderPart):
-                check_json_value(f"{prefix}parts[{i}].item", part.item)
-        for name in _FREE_FORM[Message]:
-            value = fields.get(name)
-            if value is not None and not isinstance(value, (str, int, bool)):
-                check_json_value(f"{prefix}{name}", value)
-        return
-    if isinstance(evt, Purge):
-        raise InvalidEventError(
-            f"{prefix.rstrip('.') or 'event'}: purge records are written by EventStore.purge, "
-            "not appended"
-        )
-    if isinstance(evt, Queued):
-        check_event(evt.message, f"{prefix}message.")
+    if type(evt) is not Message:  # a plain message, the common case, is neither
+        if isinstance(evt, Purge):
+            raise InvalidEventError(
+                f"{prefix.rstrip('.') or 'event'}: purge records are written by "
+                "EventStore.purge, not appended"
+            )
+        if isinstance(evt, Queued):
+            check_event(evt.message, f"{prefix}message.")
     if isinstance(evt, Message):
-        for i, part in enumerate(evt.parts):
+        # (A message built without its parts fails to encode next, with a clear error.)
+        for i, part in enumerate(getattr(evt, "parts", None) or ()):
             if isinstance(part, ProviderPart):
                 check_json_value(f"{prefix}parts[{i}].item", part.item)
     for name in _FREE_FORM.get(type(evt), ()):
