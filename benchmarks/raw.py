@@ -119,7 +119,7 @@ class StoreSQL:
     computed inline. Like the store, it remembers the head its last append left, so no
     head is read: on SQLite ``BEGIN IMMEDIATE``, the guarded head move (the feed trigger
     fires), the event and parts inserts, ``COMMIT``; on Postgres the one guarded
-    statement, in autocommit.
+    statement, prepared and sent through libpq as the store sends it.
 
     The gap between the floor and this is the schema and its round trips; the gap between
     this and the store is the library's Python work (validation, encoding, pooling).
@@ -144,7 +144,7 @@ class StoreSQL:
 
     def append_one(self, kind: str, payload: str, token_count: int, parts: list[dict]) -> None:
         from eventstore._bulk import _EV_SQLITE, _PT_SQLITE
-        from eventstore._fast import _SQLITE_HEAD, _pg_sql
+        from eventstore._fast import _SQLITE_HEAD, _pg_write_prepared
         from eventstore.codec import chain_hash, new_id
         from eventstore.events import utcnow
 
@@ -156,12 +156,11 @@ class StoreSQL:
         cols = ("idx", "type", "tool_call_id", "tool_name", "state", "token_count")
         part_rows = [(sid, seq, *(row[k] for k in cols)) for row in parts]
         if self.pg:
-            params: list[Any] = [seq, digest, now, sid, self.tenant, head, self.prev, seq, seq]
-            params += [sid, seq, eid, kind, now, payload, token_count, size, None, None, None]
-            params.append(digest)
-            for row in part_rows:
-                params.extend(row)
-            applied = c.execute(_pg_sql(1, len(part_rows)), params).fetchone()[0]
+            ev_row = (sid, seq, eid, kind, now, payload, token_count, size, None, None, None)
+            rows = [(*ev_row, digest)]
+            applied = _pg_write_prepared(
+                c, self.tenant, sid, head, self.prev, seq, digest, rows, part_rows
+            )
         else:
             stamp = now.replace(tzinfo=None).isoformat(" ", "microseconds")
             c.execute("BEGIN IMMEDIATE")

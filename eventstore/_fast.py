@@ -4,7 +4,7 @@ A store remembers the head (seq and hash) each of its appends left, per session.
 append to that session computes its rows from the remembered head and writes them with a
 statement that moves the head *only if it is still there*:
 
-* Postgres: one data-modifying statement, in autocommit: ``UPDATE sessions ... WHERE
+* Postgres: one data-modifying statement, its own transaction: ``UPDATE sessions ... WHERE
   head_seq = <remembered> AND head_hash = <remembered>`` in a CTE, and the ``events`` and
   ``parts`` inserts guarded by it. If another writer moved the head, the update matches
   no row (Postgres re-checks the condition after waiting for the row lock), nothing is
@@ -16,8 +16,9 @@ statement that moves the head *only if it is still there*:
 Both run on a pooled driver connection taken from the engine without SQLAlchemy's
 ``Connection`` around it: for a one-event append, checking out, beginning and committing
 through it cost about as much Python as everything else the append does. The statements
-are fixed texts (one per batch shape), so the driver's statement caches keep them
-prepared.
+are fixed texts (one per batch shape), so they stay prepared: by ``sqlite3``'s statement
+cache, and on Postgres by name on each connection, sent through libpq without psycopg's
+``execute`` (see :func:`_pg_write_prepared`).
 
 Only plain appends take it: a batch with an idempotency key, a prune or an attachment to
 store goes the ordinary way. Either way the rows and hashes are the same; a test holds the
@@ -28,10 +29,12 @@ remembered head and leaves the append to the ordinary path, which maps errors as
 
 from __future__ import annotations
 
+import hashlib
 import os
 import threading
 import weakref
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy.exc import DBAPIError
@@ -76,21 +79,18 @@ class HeadCache:
 class DriverSlot:
     """One pooled driver connection a store keeps checked out for its fast path.
 
-    Checking a connection out of SQLAlchemy's pool and back in (its reset rolls back; on
-    Postgres the fast path also switched autocommit on and off) cost a tenth of a
-    one-event append's Python. The slot keeps one connection for whichever thread finds
-    it free (on Postgres left in autocommit, the fast path's only mode); a thread that
-    finds it taken checks one out of the pool as before. The store returns it on
+    Checking a connection out of SQLAlchemy's pool and back in (its reset rolls back)
+    cost a tenth of a one-event append's Python. The slot keeps one connection for
+    whichever thread finds it free; a thread that finds it taken checks one out of the
+    pool as before. The store returns it on
     :meth:`close` (or when it is garbage-collected); a process forked from the one that
     took it checks out its own.
     """
 
     def __init__(self, engine: Any) -> None:
         self._engine = engine
-        self._pg = engine.dialect.name == "postgresql"
         self._lock = threading.Lock()
         self._pooled: Any = None
-        self.cursor: Any = None  # Postgres: one cursor on the kept connection, reused
         self._pid = 0
         self._closed = False
 
@@ -110,11 +110,7 @@ class DriverSlot:
         if self._lock.acquire(blocking=False):
             if not self._closed:
                 if self._pooled is None or self._pid != os.getpid():
-                    pooled = self._engine.raw_connection()
-                    if self._pg:
-                        pooled.driver_connection.autocommit = True
-                        self.cursor = pooled.driver_connection.cursor()
-                    self._pooled, self._pid = pooled, os.getpid()
+                    self._pooled, self._pid = self._engine.raw_connection(), os.getpid()
                 return self._pooled, True
             self._lock.release()
         return self._engine.raw_connection(), False
@@ -125,7 +121,7 @@ class DriverSlot:
             pooled.close()
             return
         if broken:
-            self._pooled = self.cursor = None
+            self._pooled = None
             pooled.close()
         self._lock.release()
 
@@ -134,17 +130,8 @@ class DriverSlot:
         with self._lock:
             self._closed = True
             pooled, self._pooled = self._pooled, None
-            cursor, self.cursor = self.cursor, None
-            if pooled is None or self._pid != os.getpid():
-                return
-            try:
-                if cursor is not None:
-                    cursor.close()
-                if self._pg:
-                    pooled.driver_connection.autocommit = False
-            except Exception as exc:
-                pooled.invalidate(exc)
-            pooled.close()
+            if pooled is not None and self._pid == os.getpid():
+                pooled.close()
 
 
 #: Larger batches go the ordinary way: there ``executemany`` pipelines the rows, while one
@@ -194,14 +181,29 @@ def _sqlite_write(
     return True
 
 
-_PG_SQL: dict[tuple[int, int], str] = {}
+class _PgStatement:
+    """A fast append's statement for one batch shape: its text with psycopg's ``%s``
+    placeholders, and with libpq's ``$n`` ones under the name it is prepared as."""
+
+    __slots__ = ("text", "numbered", "name")
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        pieces = text.split("%s")
+        self.numbered = "".join(
+            f"{piece}${i}" if i < len(pieces) else piece for i, piece in enumerate(pieces, 1)
+        ).encode()
+        self.name = b"eventstore_append_" + hashlib.sha1(self.numbered).hexdigest()[:16].encode()
 
 
-def _pg_sql(events: int, parts: int) -> str:
+_PG_SQL: dict[tuple[int, int], _PgStatement] = {}
+
+
+def _pg_sql(events: int, parts: int) -> _PgStatement:
     """The one statement of a fast append of ``events`` events with ``parts`` parts."""
-    sql = _PG_SQL.get((events, parts))
-    if sql is not None:
-        return sql
+    stmt = _PG_SQL.get((events, parts))
+    if stmt is not None:
+        return stmt
 
     def values(types: tuple[str, ...], rows: int) -> str:
         group = "(" + ", ".join(f"%s::{t}" for t in types) + ")"
@@ -225,12 +227,11 @@ def _pg_sql(events: int, parts: int) -> str:
             "WHERE EXISTS (SELECT 1 FROM h))"
         )
     sql += " SELECT count(*) FROM h"
-    _PG_SQL[(events, parts)] = sql
-    return sql
+    stmt = _PG_SQL[(events, parts)] = _PgStatement(sql)
+    return stmt
 
 
-def _pg_write(
-    cur: Any,
+def _pg_params(
     tenant: str,
     session_id: str,
     head: int,
@@ -239,18 +240,103 @@ def _pg_write(
     new_hash: str | None,
     event_rows: list[tuple[Any, ...]],
     part_rows: list[tuple[Any, ...]],
-) -> bool:
-    """The one statement of a fast append on a psycopg cursor; ``False`` (nothing
-    written) when the head moved."""
+) -> list[Any]:
     newest = event_rows[-1][_CREATED]
     params: list[Any] = [seq, new_hash, newest, session_id, tenant, head, head_hash, head + 1, seq]
     for r in event_rows:
         params += r
     for r in part_rows:
         params += r
-    cur.execute(_pg_sql(len(event_rows), len(part_rows)), params)
+    return params
+
+
+def _pg_write(cur: Any, *args: Any) -> bool:
+    """The one statement of a fast append on a psycopg cursor (``args`` as
+    :func:`_pg_params` takes them); ``False`` (nothing written) when the head moved."""
+    event_rows, part_rows = args[-2], args[-1]
+    cur.execute(_pg_sql(len(event_rows), len(part_rows)).text, _pg_params(*args))
     row = cur.fetchone()
     return bool(row and row[0])
+
+
+class _Libpq:
+    """What the prepared path needs from psycopg, imported on first use (a store on
+    SQLite never loads the driver)."""
+
+    def __init__(self) -> None:
+        from psycopg import DataError, errors, pq
+
+        self.DataError = DataError
+        self.error_from_result = errors.error_from_result
+        self.IDLE = pq.TransactionStatus.IDLE
+        self.ACTIVE = pq.TransactionStatus.ACTIVE
+        self.FATAL = pq.ExecStatus.FATAL_ERROR
+        self.COMMAND_OK = pq.ExecStatus.COMMAND_OK
+        self.TUPLES_OK = pq.ExecStatus.TUPLES_OK
+        self.SQLSTATE = pq.DiagnosticField.SQLSTATE
+
+
+_LIBPQ: _Libpq | None = None
+
+
+def _libpq() -> _Libpq:
+    global _LIBPQ
+    if _LIBPQ is None:
+        _LIBPQ = _Libpq()
+    return _LIBPQ
+
+
+def _pg_text(value: Any) -> bytes | None:
+    """A parameter in Postgres's text format, as psycopg would send it."""
+    if value is None:
+        return None
+    t = type(value)
+    if t is str:
+        if "\x00" in value:  # what psycopg refuses: libpq would cut the text there
+            raise _libpq().DataError("PostgreSQL text fields cannot contain NUL (0x00) bytes")
+        return value.encode()
+    if t is int:
+        return str(value).encode()
+    if isinstance(value, datetime) and value.tzinfo is not None:
+        return value.isoformat().encode()
+    raise TypeError(f"no text form for a fast-append parameter of type {t.__name__}")
+
+
+def _pg_write_prepared(db: Any, *args: Any) -> bool:
+    """:func:`_pg_write` through libpq on a psycopg connection outside any transaction
+    (the statement is then its own): the statement prepared once per connection, its
+    parameters sent in text format. psycopg's own ``execute`` costs about as much client
+    CPU as the rest of a one-event append, and on a machine where the client and the
+    server share cores that is the writers' throughput. Anything but that plain state
+    takes the cursor."""
+    pq = _libpq()
+    pgconn = db.pgconn
+    if pgconn.transaction_status != pq.IDLE or pgconn.parameter_status(b"client_encoding") != (
+        b"UTF8"
+    ):
+        auto = db.autocommit
+        if not auto:
+            db.autocommit = True  # refused inside a transaction: the ordinary path then
+        try:
+            with db.cursor() as cur:
+                return _pg_write(cur, *args)
+        finally:
+            if not auto:
+                db.autocommit = False
+    event_rows, part_rows = args[-2], args[-1]
+    stmt = _pg_sql(len(event_rows), len(part_rows))
+    values = [_pg_text(v) for v in _pg_params(*args)]
+    res = pgconn.exec_prepared(stmt.name, values)
+    if res.status == pq.FATAL and res.error_field(pq.SQLSTATE) == b"26000":
+        # Not prepared on this connection yet (or deallocated since: psycopg deallocates
+        # every prepared statement when it rolls a transaction back).
+        made = pgconn.prepare(stmt.name, stmt.numbered)
+        if made.status != pq.COMMAND_OK:
+            raise pq.error_from_result(made, encoding="utf-8")
+        res = pgconn.exec_prepared(stmt.name, values)
+    if res.status != pq.TUPLES_OK:
+        raise pq.error_from_result(res, encoding="utf-8")
+    return res.get_value(0, 0) not in (None, b"0")
 
 
 def try_fast(
@@ -348,22 +434,18 @@ def _pg_append(store: Any, args: tuple[Any, ...]) -> bool:
     broken = False
     try:
         db = pooled.driver_connection
-        if kept:
-            # The slot's connection stays in autocommit, its cursor is reused.
-            applied = _pg_write(store.__dict__["_driver_slot"].cursor, *args)
-        else:
-            db.autocommit = True  # the statement is its own transaction: one round trip
-            try:
-                with db.cursor() as cur:
-                    applied = _pg_write(cur, *args)
-            finally:
-                db.autocommit = False  # as the pool hands it out
+        applied = _pg_write_prepared(db, *args)
         # After the commit, and never failing the append: reads on the replica wait
         # for this position.
         if applied and store._replica is not None:
             store._replica.note_driver_write(db)
     except Exception as exc:
         broken = _discard_if_broken(store, pooled, exc)
+        if not broken and pooled.driver_connection.pgconn.transaction_status == _libpq().ACTIVE:
+            # Failed with its statement still under way: the connection cannot be used
+            # again, and whether the statement committed is unknown.
+            pooled.invalidate(exc)
+            broken = True
         if broken:
             raise _LostConnection from exc
         raise

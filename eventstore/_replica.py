@@ -78,10 +78,14 @@ class ReadReplica:
         """:meth:`note_write` on a psycopg connection used outside SQLAlchemy (the append
         fast path); never raises either."""
         try:
-            with driver.cursor() as cur:
-                cur.execute(_WAL_LSN)
-                row = cur.fetchone()
-            lsn = parse_lsn(row[0])
+            # Through libpq, as the fast path wrote: psycopg's cursor on a connection
+            # outside autocommit would open a transaction and leave it open.
+            from psycopg import pq
+
+            res = driver.pgconn.exec_(_WAL_LSN.encode())
+            if res.status != pq.ExecStatus.TUPLES_OK:
+                raise RuntimeError(res.error_message)
+            lsn = parse_lsn(res.get_value(0, 0).decode())
         except Exception:  # any driver error: the write itself is committed
             lsn = None
         self._note(lsn)

@@ -677,3 +677,98 @@ def test_driver_rows_are_the_dict_rows_in_column_order(key: str | None, sqlite: 
         prev = got[-1]
     want_parts = [tuple(p[c] for c in _PART_COLS) for _, parts_of in want for p in parts_of]
     assert got_parts == want_parts
+
+
+def _pg_store(db_url: str, **kw: Any) -> EventStore:
+    if db_url.startswith("sqlite"):
+        pytest.skip("Postgres only: statements prepared through libpq")
+    tenant = f"t-{uuid.uuid4().hex}"
+    return EventStore(db_url, tenant=tenant, upgrade=True, **kw)
+
+
+def _prepared_names(db: Any) -> list[str]:
+    res = db.pgconn.exec_(b"SELECT name FROM pg_prepared_statements ORDER BY name")
+    return [res.get_value(i, 0).decode() for i in range(res.ntuples)]
+
+
+def test_fast_appends_on_postgres_run_one_prepared_statement_and_prepare_it_again(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On Postgres a fast append is one named prepared statement per batch shape on the
+    kept connection. When the connection loses it (psycopg deallocates every prepared
+    statement when it rolls a transaction back), the next append prepares it again and
+    lands once, still on the fast path."""
+    with _pg_store(db_url) as store:
+        sid = store.create_session().id
+        store.append(sid, [Message.user("learn the head")])
+        calls = 0
+        real_append = _sql.append
+
+        def counting(*args: Any, **kw: Any) -> Any:
+            nonlocal calls
+            calls += 1
+            return real_append(*args, **kw)
+
+        monkeypatch.setattr(_sql, "append", counting)
+        for i in range(3):
+            store.append(sid, [Message.user(f"text {i}")])
+        store.append(sid, _batch(0))
+        db = store.__dict__["_driver_slot"]._pooled.driver_connection
+        names = [n for n in _prepared_names(db) if n.startswith("eventstore_append_")]
+        assert len(names) == 2  # one event with one part; two events with one part each
+        db.pgconn.exec_(b"DEALLOCATE ALL")
+        assert _prepared_names(db) == []
+        store.append(sid, [Message.user("after the deallocation")])
+        assert calls == 0
+        assert len(_prepared_names(db)) == 1
+        assert db.pgconn.transaction_status == 0  # idle: each statement was its own
+        texts = [e.event.text for e in store.read(sid)]  # type: ignore[union-attr]
+        assert texts[-1] == "after the deallocation" and store.head(sid) == 7
+        assert store.verify(sid).ok
+
+
+def test_a_connection_not_speaking_utf8_takes_psycopgs_execute(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Parameters go to libpq as UTF-8 text: a connection set to another client encoding
+    runs the same statement through psycopg's cursor, which encodes them, in autocommit,
+    and is handed back as the pool gave it."""
+    with _pg_store(db_url) as store:
+        sid = store.create_session().id
+        store.append(sid, [Message.user("learn the head")])
+        store.append(sid, [Message.user("fast, in UTF-8")])
+        db = store.__dict__["_driver_slot"]._pooled.driver_connection
+        db.pgconn.exec_(b"DEALLOCATE ALL")
+        db.pgconn.exec_(b"SET client_encoding TO 'LATIN1'")
+        monkeypatch.setattr(_sql, "append", None)  # the ordinary path would fail
+        store.append(sid, [Message.user("café, fast")])
+        store.append(sid, _batch(1))
+        monkeypatch.undo()
+        assert db.autocommit is False and db.pgconn.transaction_status == 0
+        assert not [n for n in _prepared_names(db) if n.startswith("eventstore_append_")]
+        texts = [e.event.text for e in store.read(sid)][:3]  # type: ignore[union-attr]
+        assert texts == ["learn the head", "fast, in UTF-8", "café, fast"]
+        assert store.head(sid) == 5
+        assert store.verify(sid).ok
+
+
+def test_prepared_parameters_are_postgres_text_or_refused() -> None:
+    """What the prepared path sends: text as UTF-8, integers in decimal, aware times in
+    ISO form; a NUL (which libpq would cut the text at) and a time without a zone (which
+    the server would read in its own zone) are refused, so the append goes the ordinary
+    way, which maps the error."""
+    import psycopg
+
+    from eventstore._fast import _pg_text
+
+    when = datetime(2025, 5, 6, 7, 8, 9, 123456, tzinfo=UTC)
+    assert _pg_text(None) is None
+    assert _pg_text("é") == "é".encode()
+    assert _pg_text(-42) == b"-42"
+    assert _pg_text(when) == b"2025-05-06T07:08:09.123456+00:00"
+    with pytest.raises(psycopg.DataError):
+        _pg_text("a\x00b")
+    with pytest.raises(TypeError):
+        _pg_text(when.replace(tzinfo=None))
+    with pytest.raises(TypeError):
+        _pg_text(True)
