@@ -77,21 +77,28 @@ class HeadCache:
 
 
 class DriverSlot:
-    """One pooled driver connection a store keeps checked out for its fast path.
+    """The pooled driver connections a store keeps checked out for its fast path.
 
     Checking a connection out of SQLAlchemy's pool and back in (its reset rolls back)
-    cost a tenth of a one-event append's Python. The slot keeps one connection for
-    whichever thread finds it free; a thread that finds it taken checks one out of the
-    pool as before. The store returns it on
-    :meth:`close` (or when it is garbage-collected); a process forked from the one that
-    took it checks out its own.
+    cost a tenth of a one-event append's Python, and more under contention. The slot keeps
+    the connections its appends gave back, and hands out the one given back last: a lone
+    writer always gets the same one. It keeps up to ``size`` of them: on Postgres as many
+    as the pool may open past its size (10 by default), so that writers on several
+    threads each find one while the pool's own stay free for everything else; on SQLite
+    one (its writers take turns, and a connection drops its page cache whenever another
+    one wrote to the file). An append
+    that finds none free while ``size`` are in use checks one out of the pool and returns
+    it there. The store checks them back in on :meth:`close` (or when it is
+    garbage-collected); a process forked from the one that took them checks out its own.
     """
 
-    def __init__(self, engine: Any) -> None:
+    def __init__(self, engine: Any, size: int = 1) -> None:
         self._engine = engine
+        self._size = size
         self._lock = threading.Lock()
-        self._pooled: Any = None
-        self._pid = 0
+        self._free: list[Any] = []  # kept connections not in use, the latest last
+        self._kept = 0  # kept connections, in use or free
+        self._pid = os.getpid()
         self._closed = False
 
     @classmethod
@@ -101,37 +108,56 @@ class DriverSlot:
         is collected."""
         if not owns_engine:
             return None
-        slot = cls(engine)
+        size = 1
+        if engine.dialect.name == "postgresql":
+            # As many as the pool may open past its size, so that its own connections
+            # stay free for everything else (its size where that is unlimited).
+            pool = engine.pool
+            overflow = getattr(pool, "_max_overflow", 0)
+            size = max(1, overflow if overflow >= 0 else pool.size())
+        slot = cls(engine, size)
         weakref.finalize(store, slot.close)
         return slot
 
     def take(self) -> tuple[Any, bool]:
-        """A pooled connection, and whether it is the slot's (then :meth:`give` it back)."""
-        if self._lock.acquire(blocking=False):
-            if not self._closed:
-                if self._pooled is None or self._pid != os.getpid():
-                    self._pooled, self._pid = self._engine.raw_connection(), os.getpid()
-                return self._pooled, True
-            self._lock.release()
-        return self._engine.raw_connection(), False
+        """A pooled connection, and whether the slot keeps it (then :meth:`give` it back)."""
+        with self._lock:
+            if self._pid != os.getpid():
+                # A forked child: the parent's connections are the parent's.
+                self._free, self._kept, self._pid = [], 0, os.getpid()
+            if self._free:
+                return self._free.pop(), True
+            keep = not self._closed and self._kept < self._size
+            if keep:
+                self._kept += 1
+        try:
+            return self._engine.raw_connection(), keep
+        except BaseException:
+            if keep:
+                with self._lock:
+                    self._kept -= 1
+            raise
 
     def give(self, pooled: Any, kept: bool, broken: bool = False) -> None:
         """Return what :meth:`take` gave; a ``broken`` connection is not kept."""
-        if not kept:
-            pooled.close()
-            return
-        if broken:
-            self._pooled = None
-            pooled.close()
-        self._lock.release()
+        if kept:
+            with self._lock:
+                if not broken and not self._closed and self._pid == os.getpid():
+                    self._free.append(pooled)
+                    return
+                self._kept -= 1
+        pooled.close()
 
     def close(self) -> None:
-        """Check the kept connection back in (as the pool hands connections out)."""
+        """Check the kept connections back in (ones in use go back when given)."""
         with self._lock:
             self._closed = True
-            pooled, self._pooled = self._pooled, None
-            if pooled is not None and self._pid == os.getpid():
-                pooled.close()
+            free, self._free = self._free, []
+            if self._pid != os.getpid():
+                return
+            self._kept -= len(free)
+        for pooled in free:
+            pooled.close()
 
 
 #: Larger batches go the ordinary way: there ``executemany`` pipelines the rows, while one

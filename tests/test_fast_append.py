@@ -244,8 +244,10 @@ def test_a_fast_append_behind_a_held_lock_waits_once_then_raises_busy(db_url: st
 
 
 def test_the_fast_path_keeps_one_connection_and_gives_it_back(db_url: str) -> None:
-    """Single appends reuse one kept connection; threads that find it busy use the pool;
-    closing the store, or dropping it unclosed, checks the kept connection back in."""
+    """Single appends from one thread reuse one kept connection; writers on several
+    threads keep up to the pool's overflow of them on Postgres (one on SQLite, where
+    writers take turns) and use the pool past that; closing the store, or dropping it unclosed,
+    checks the kept connections back in."""
     import gc
     import threading
     import warnings
@@ -278,7 +280,26 @@ def test_the_fast_path_keeps_one_connection_and_gives_it_back(db_url: str) -> No
     assert [store.head(sid) for sid in sessions] == [21, 16, 16, 16]
     assert all(store.verify(sid).ok for sid in sessions)
     assert [i.position for i in store.tail()] == list(range(1, 70))
-    assert pool.checkedout() == 1
+    slot = store.__dict__["_driver_slot"]
+    kept = pool.checkedout()
+    if db_url.startswith("sqlite"):
+        assert kept == 1
+    else:
+        assert 1 <= kept <= len(sessions)
+    assert len(slot._free) == kept  # every kept connection was given back
+    last = slot._free[-1]
+    for i in range(3):
+        store.append(sessions[0], [Message.user(f"alone {i}")])
+        assert slot._free[-1] is last and pool.checkedout() == kept
+    # Every kept connection in use, as by writers on other threads: the next append's is
+    # kept too where there is room (Postgres), else it goes back to the pool.
+    held = [slot.take() for _ in range(kept)]
+    assert all(k for _, k in held)
+    store.append(sessions[0], [Message.user("while the others are busy")])
+    for pooled, k in held:
+        slot.give(pooled, k)
+    room = not db_url.startswith("sqlite")  # up to the pool's overflow, 10
+    assert len(slot._free) == pool.checkedout() == kept + room
     store.close()
     assert pool.checkedout() == 0
 
@@ -713,7 +734,7 @@ def test_fast_appends_on_postgres_run_one_prepared_statement_and_prepare_it_agai
         for i in range(3):
             store.append(sid, [Message.user(f"text {i}")])
         store.append(sid, _batch(0))
-        db = store.__dict__["_driver_slot"]._pooled.driver_connection
+        db = store.__dict__["_driver_slot"]._free[-1].driver_connection
         names = [n for n in _prepared_names(db) if n.startswith("eventstore_append_")]
         assert len(names) == 2  # one event with one part; two events with one part each
         db.pgconn.exec_(b"DEALLOCATE ALL")
@@ -737,7 +758,7 @@ def test_a_connection_not_speaking_utf8_takes_psycopgs_execute(
         sid = store.create_session().id
         store.append(sid, [Message.user("learn the head")])
         store.append(sid, [Message.user("fast, in UTF-8")])
-        db = store.__dict__["_driver_slot"]._pooled.driver_connection
+        db = store.__dict__["_driver_slot"]._free[-1].driver_connection
         db.pgconn.exec_(b"DEALLOCATE ALL")
         db.pgconn.exec_(b"SET client_encoding TO 'LATIN1'")
         monkeypatch.setattr(_sql, "append", None)  # the ordinary path would fail
