@@ -24,7 +24,12 @@ __all__ = ["profile_append", "LAYERS"]
 #: Layer name -> substrings of a profiler key that put a function in it (first match wins).
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("database (sqlite3 C calls: execute, commit/fsync)", ("sqlite3.",)),
-    ("database (psycopg: round trips, commit)", ("psycopg", "pq.", "_psycopg")),
+    # The fast path's libpq calls are C methods cProfile does not see: their time is the
+    # self time of the function that makes them (its own Python is a few microseconds).
+    (
+        "database (psycopg/libpq: round trips, commit)",
+        ("psycopg", "pq.", "_psycopg", "_fast.py:_pg_write_prepared"),
+    ),
     ("pydantic (validation, dump)", ("pydantic",)),
     ("JSON encoding", ("json/", "json.")),
     ("hashing (SHA-256 chain)", ("_hashlib", "hashlib")),
