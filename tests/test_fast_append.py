@@ -63,30 +63,35 @@ def _rows(store: EventStore, sid: str) -> list[Any]:
     return [[tuple(r) for r in ev], [tuple(r) for r in pt], tuple(head)]
 
 
+def _counted(monkeypatch: pytest.MonkeyPatch, owner: Any, name: str) -> list[int]:
+    """Count the calls of ``owner.name`` from here on (the count is the list's one item)."""
+    calls = [0]
+    real = getattr(owner, name)
+
+    def counting(*args: Any, **kw: Any) -> Any:
+        calls[0] += 1
+        return real(*args, **kw)
+
+    monkeypatch.setattr(owner, name, counting)
+    return calls
+
+
 def test_fast_and_ordinary_paths_write_the_same_rows(
     db_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     tenant = f"t-{uuid.uuid4().hex}"
-    ordinary_calls = 0
-    real_append = _sql.append
-
-    def counting(*args: Any, **kw: Any) -> Any:
-        nonlocal ordinary_calls
-        ordinary_calls += 1
-        return real_append(*args, **kw)
-
     with EventStore(db_url, tenant=tenant, upgrade=True) as store:
         fast_sid, slow_sid = str(uuid.uuid4()), str(uuid.uuid4())
         store.create_session(session_id=fast_sid)
         store.create_session(session_id=slow_sid)
-        monkeypatch.setattr(_sql, "append", counting)
+        ordinary = _counted(monkeypatch, _sql, "append")
         for i in range(4):
             store.append(fast_sid, _batch(i))
-        assert ordinary_calls == 1  # the first append learns the head; the rest are fast
+        assert ordinary == [1]  # the first append learns the head; the rest are fast
         for i in range(4):
             store._heads.drop(slow_sid)  # force the ordinary path every time
             store.append(slow_sid, _batch(i))
-        assert ordinary_calls == 5
+        assert ordinary == [5]
         # Event ids are fresh per event (and hashed), so the chains differ; every other
         # column, the parts rows and the session row are the same on both paths.
         assert _rows(store, fast_sid) == _rows(store, slow_sid)
@@ -126,28 +131,18 @@ def test_bulk_batches_write_the_same_rows_as_small_appends(
     """A batch over ``BULK_MIN`` events goes through the driver (multi-row INSERTs or
     COPY): the stored rows are byte for byte those of the same events appended in small
     batches. 66 and 140 events cross SQLite's rows-per-INSERT with a remainder."""
-    from eventstore import _bulk
-
-    calls = 0
-    real = _bulk.bulk_insert
-
-    def counting(*args: Any, **kw: Any) -> Any:
-        nonlocal calls
-        calls += 1
-        return real(*args, **kw)
-
-    monkeypatch.setattr(_sql, "bulk_insert", counting)
+    calls = _counted(monkeypatch, _sql, "bulk_insert")
     events = [m for i in range(pairs) for m in _batch(i % 60)]
     with EventStore(db_url, tenant=f"t-{uuid.uuid4().hex}", upgrade=True) as store:
         bulk_sid, small_sid = str(uuid.uuid4()), str(uuid.uuid4())
         store.create_session(session_id=bulk_sid)
         store.create_session(session_id=small_sid)
         store.append(bulk_sid, events)
-        assert calls == 1
+        assert calls == [1]
         for i in range(0, len(events), 2):
             store._heads.drop(small_sid)
             store.append(small_sid, events[i : i + 2])
-        assert calls == 1
+        assert calls == [1]
         assert _rows(store, bulk_sid) == _rows(store, small_sid)
         assert store.verify(bulk_sid).ok
 
@@ -722,15 +717,7 @@ def test_fast_appends_on_postgres_run_one_prepared_statement_and_prepare_it_agai
     with _pg_store(db_url) as store:
         sid = store.create_session().id
         store.append(sid, [Message.user("learn the head")])
-        calls = 0
-        real_append = _sql.append
-
-        def counting(*args: Any, **kw: Any) -> Any:
-            nonlocal calls
-            calls += 1
-            return real_append(*args, **kw)
-
-        monkeypatch.setattr(_sql, "append", counting)
+        calls = _counted(monkeypatch, _sql, "append")
         for i in range(3):
             store.append(sid, [Message.user(f"text {i}")])
         store.append(sid, _batch(0))
@@ -740,7 +727,7 @@ def test_fast_appends_on_postgres_run_one_prepared_statement_and_prepare_it_agai
         db.pgconn.exec_(b"DEALLOCATE ALL")
         assert _prepared_names(db) == []
         store.append(sid, [Message.user("after the deallocation")])
-        assert calls == 0
+        assert calls == [0]
         assert len(_prepared_names(db)) == 1
         assert db.pgconn.transaction_status == 0  # idle: each statement was its own
         texts = [e.event.text for e in store.read(sid)]  # type: ignore[union-attr]
