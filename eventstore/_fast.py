@@ -86,10 +86,10 @@ class DriverSlot:
     as the pool may open past its size (10 by default), so that writers on several
     threads each find one while the pool's own stay free for everything else; on SQLite
     one (its writers take turns, and a connection drops its page cache whenever another
-    one wrote to the file). An append
-    that finds none free while ``size`` are in use checks one out of the pool and returns
-    it there. The store checks them back in on :meth:`close` (or when it is
-    garbage-collected); a process forked from the one that took them checks out its own.
+    one wrote to the file). An append that finds none free while ``size`` are in use
+    checks one out of the pool and returns it there. The store checks them back in on
+    :meth:`close` (or when it is garbage-collected); a process forked from the one that
+    took them checks out its own.
     """
 
     def __init__(self, engine: Any, size: int = 1) -> None:
@@ -333,16 +333,18 @@ def _pg_write_prepared(db: Any, *args: Any) -> bool:
     (the statement is then its own): the statement prepared once per connection, its
     parameters sent in text format. psycopg's own ``execute`` costs about as much client
     CPU as the rest of a one-event append, and on a machine where the client and the
-    server share cores that is the writers' throughput. Anything but that plain state
-    takes the cursor."""
+    server share cores that is the writers' throughput. A connection that does not speak
+    UTF-8 takes psycopg's cursor, which encodes for it."""
     pq = _libpq()
     pgconn = db.pgconn
-    if pgconn.transaction_status != pq.IDLE or pgconn.parameter_status(b"client_encoding") != (
-        b"UTF8"
-    ):
+    if pgconn.transaction_status != pq.IDLE:
+        # Nothing of the fast path's is open on a connection it was given: a transaction
+        # left on it is rolled back, not written into (nor kept open for good).
+        db.rollback()
+    if pgconn.parameter_status(b"client_encoding") != b"UTF8":
         auto = db.autocommit
         if not auto:
-            db.autocommit = True  # refused inside a transaction: the ordinary path then
+            db.autocommit = True
         try:
             with db.cursor() as cur:
                 return _pg_write(cur, *args)

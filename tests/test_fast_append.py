@@ -730,8 +730,14 @@ def test_fast_appends_on_postgres_run_one_prepared_statement_and_prepare_it_agai
         assert calls == [0]
         assert len(_prepared_names(db)) == 1
         assert db.pgconn.transaction_status == 0  # idle: each statement was its own
+        # A transaction left open on the kept connection is rolled back, not written into.
+        db.execute("SELECT 1")  # psycopg outside autocommit: BEGIN, and it stays open
+        assert db.pgconn.transaction_status == 2
+        store.append(sid, [Message.user("after a transaction left open")])
+        assert db.pgconn.transaction_status == 0 and calls == [0]
         texts = [e.event.text for e in store.read(sid)]  # type: ignore[union-attr]
-        assert texts[-1] == "after the deallocation" and store.head(sid) == 7
+        assert texts[-2:] == ["after the deallocation", "after a transaction left open"]
+        assert store.head(sid) == 8
         assert store.verify(sid).ok
 
 
