@@ -29,6 +29,7 @@ remembered head and leaves the append to the ordinary path, which maps errors as
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import threading
@@ -302,14 +303,9 @@ class _Libpq:
         self.SQLSTATE = pq.DiagnosticField.SQLSTATE
 
 
-_LIBPQ: _Libpq | None = None
-
-
+@functools.cache
 def _libpq() -> _Libpq:
-    global _LIBPQ
-    if _LIBPQ is None:
-        _LIBPQ = _Libpq()
-    return _LIBPQ
+    return _Libpq()
 
 
 def _pg_text(value: Any) -> bytes | None:
