@@ -241,6 +241,29 @@ def backend(db_url: str) -> str:
     return "sqlite" if db_url.startswith("sqlite") else "postgres"
 
 
+@pytest.fixture(scope="module", params=["orjson", "pydantic_core"])
+def plain_encoder(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Each of the canonical encoder's writers of plain data in turn (see
+    ``eventstore.codec._plain_json``): orjson where it is installed, and
+    ``pydantic_core.to_json``, which is used without it. Module-scoped so that hypothesis
+    tests may use it (it holds no per-test state)."""
+    from pydantic_core import to_json
+
+    from eventstore import codec
+
+    if request.param == "orjson":
+        orjson = pytest.importorskip("orjson")
+        writer = orjson.dumps
+    else:
+        writer = to_json
+    before = codec._plain_json
+    codec._plain_json = writer
+    try:
+        yield request.param
+    finally:
+        codec._plain_json = before
+
+
 def corpus_files(pattern: str) -> list[Path]:
     """Corpus files matching ``pattern``; empty when the corpus is absent."""
     return sorted(CORPUS.glob(pattern)) if CORPUS.exists() else []

@@ -13,13 +13,15 @@ import enum
 import json
 import random
 import re
+import subprocess
+import sys
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 from sqlalchemy import text
 
-from eventstore import EventStore, InvalidEventError
+from eventstore import EventStore, InvalidEventError, codec
 from eventstore.codec import (
     _canonical_dumps,
     _NotPlain,
@@ -38,6 +40,9 @@ from eventstore.events import (
     ToolCallPart,
     ToolResultPart,
 )
+
+# Every test here runs with each writer of plain data (orjson, pydantic_core.to_json).
+pytestmark = pytest.mark.usefixtures("plain_encoder")
 
 
 def _same(value: Any) -> str:
@@ -358,3 +363,28 @@ def test_message_part_rows_are_those_of_count_part_and_part_columns() -> None:
         want.append(row)
     assert enc.part_rows == want
     assert enc.token_count == MESSAGE_OVERHEAD + sum(r["token_count"] for r in want)
+
+
+def _writer_in_a_fresh_process(block_orjson: bool) -> str:
+    code = (
+        "import sys\n"
+        + ("sys.modules['orjson'] = None\n" if block_orjson else "")
+        + "from eventstore import codec\n"
+        "print(codec._plain_json.__module__, codec._plain_json.__name__)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return out.stdout.strip()
+
+
+def test_the_writer_is_orjson_where_installed_and_to_json_without_it() -> None:
+    pytest.importorskip("orjson")
+    assert _writer_in_a_fresh_process(block_orjson=False) == "orjson dumps"
+    assert _writer_in_a_fresh_process(block_orjson=True) == "pydantic_core._pydantic_core to_json"
+
+
+def test_the_writer_refuses_what_the_reference_path_must_write(plain_encoder: str) -> None:
+    # What the encoder catches to fall back: a lone surrogate cannot be written as UTF-8.
+    with pytest.raises(codec._PLAIN_JSON_REFUSED):
+        codec._plain_json({"out": "bad \udc80 byte"})
+    value = {"out": "bad \udc80 byte", "n": 1}
+    assert canonical_json(value) == '{"n":1,"out":"bad \\udc80 byte"}'

@@ -43,6 +43,9 @@ from eventstore.events import (
 )
 from eventstore.importers import load_transcripts
 
+# Every test here runs with each writer of plain data (orjson, pydantic_core.to_json).
+pytestmark = pytest.mark.usefixtures("plain_encoder")
+
 
 def _reference_payload(event: Any) -> tuple[str, int]:
     """``codec._payload`` as it is for every event the message fast path leaves alone."""
@@ -349,7 +352,7 @@ def test_the_fast_path_refuses_what_it_does_not_write() -> None:
     assert _message_plain(Message(role="user", parts=[FilePart(data=b"x")])) is None
     assert _message_plain(Message(role="user", parts=[], extra={"f": 0.5})) is None
     assert _message_plain(Message(role="user", parts=[_SubText(text="x")])) is None
-    # A surrogate passes the check; to_json refuses it and the general path escapes it.
+    # A surrogate passes the check; the fast writer refuses it and the general path escapes it.
     msg = Message(role="tool", parts=[ToolResultPart(tool_call_id="c", output="\udc80")])
     assert _message_plain(msg) is not None
     assert _assert_same(msg)[0] == '{"content_list":false,"parts":[{"is_error":false,' + (
