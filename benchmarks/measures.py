@@ -278,7 +278,12 @@ def _views(sessions: dict[int, _Session], settings: Settings, rec: Recorder, be:
 
 def _batch(store: EventStore, raw: Raw, settings: Settings, rec: Recorder, be: str) -> None:
     sid = store.create_session(title="benchmark batches").id
-    rows = StoreRows(store, store.create_session(title="benchmark batch rows").id)
+    # The diagnostic writes to a file of its own on SQLite (see _own_sqlite_url): else the
+    # write-ahead log's checkpoints, run by whichever commit takes the log past its limit,
+    # would land on the store's batches for the diagnostic's pages as well as its own.
+    own_url = _own_sqlite_url(store, "rows")
+    rows_store = store if own_url is None else EventStore(own_url, upgrade=True)
+    rows = StoreRows(rows_store, rows_store.create_session(title="benchmark batch rows").id)
     n = settings.batch
     head = 0
     try:
@@ -287,6 +292,8 @@ def _batch(store: EventStore, raw: Raw, settings: Settings, rec: Recorder, be: s
             head += n
     finally:
         rows.close()
+        if rows_store is not store:
+            rows_store.close()
     es = rec.med("events_per_s", "append_batch", be, "eventstore", n)
     rw = rec.med("events_per_s", "append_batch", be, f"{raw.name} executemany", n)
     fl = rec.med("events_per_s", "append_batch", be, StoreRows.name, n)
@@ -338,6 +345,18 @@ def _batch_rep(
 DIAG_WARM_EVENTS = 3_000
 
 
+def _own_sqlite_url(store: EventStore, name: str) -> str | None:
+    """On a SQLite file, the URL of a file of its own next to the store's (``name`` tells
+    which diagnostic's) for a diagnostic to write to, as the raw floor has; None on
+    Postgres or in memory, where the diagnostic shares the store's database."""
+    url = make_url(store.url)
+    if store.dialect != "sqlite" or url.database in (None, "", ":memory:"):
+        return None
+    path = Path(url.database)
+    own = url.set(database=str(path.with_name(f"{path.stem}-{name}{path.suffix}")))
+    return own.render_as_string(hide_password=False)
+
+
 def _diagnostic(store: EventStore) -> StoreSQL:
     """The store's SQL sent through the driver, on a session of its own.
 
@@ -349,12 +368,9 @@ def _diagnostic(store: EventStore) -> StoreSQL:
     0.03 ms per append for each of the two). Postgres keeps its pages in shared buffers,
     so there the diagnostic writes to the store's database.
     """
-    url = make_url(store.url)
-    if store.dialect != "sqlite" or url.database in (None, "", ":memory:"):
+    own_url = _own_sqlite_url(store, "sql")
+    if own_url is None:
         return StoreSQL(store.url, store.create_session(title="benchmark sql").id)
-    path = Path(url.database)
-    own = url.set(database=str(path.with_name(f"{path.stem}-sql{path.suffix}")))
-    own_url = own.render_as_string(hide_password=False)
     with EventStore(own_url, upgrade=True) as schema_only:
         sid = schema_only.create_session(title="benchmark sql").id
         # Opened before the store closes: the last connection to a file to close deletes

@@ -589,6 +589,8 @@ def render(
         "sends the exact rows the store writes for the batch (events with their hash chain, "
         "parts, the head move), made beforehand, through the driver as the store's bulk "
         "path does: the schema's own cost, with none of the library's Python work. On "
+        "SQLite it writes to a database file of its own, as the floor does, so that each "
+        "file's write-ahead log checkpoints for its own writes only. On "
         "Postgres the store checks and encodes each event while the rows before it are on "
         "their way and being inserted, so part of its Python work hides behind the "
         "server's. On Postgres the floor's payload column is compressed as the store's is "
