@@ -277,6 +277,32 @@ def _pg_params(
     return params
 
 
+def _pg_values(*args: Any) -> list[bytes | None]:
+    """:func:`_pg_params` in Postgres's text format (what :func:`_pg_text` makes of each),
+    in one loop: the common types inline, and the time every row of a batch and the head
+    shares formatted once."""
+    out: list[bytes | None] = []
+    add = out.append
+    last: Any = None
+    last_text: bytes | None = None
+    for value in _pg_params(*args):
+        t = type(value)
+        if t is str:
+            if "\x00" in value:
+                raise _nul_refused()
+            add(value.encode())
+        elif value is None:
+            add(None)
+        elif t is int:
+            add(b"%d" % value)
+        elif value is last:
+            add(last_text)
+        else:
+            last, last_text = value, _pg_text(value)
+            add(last_text)
+    return out
+
+
 def _pg_write(cur: Any, *args: Any) -> bool:
     """The one statement of a fast append on a psycopg cursor (``args`` as
     :func:`_pg_params` takes them); ``False`` (nothing written) when the head moved."""
@@ -308,14 +334,19 @@ def _libpq() -> _Libpq:
     return _Libpq()
 
 
+def _nul_refused() -> Exception:
+    """What psycopg raises for a NUL in a text parameter (libpq would cut the text there)."""
+    return _libpq().DataError("PostgreSQL text fields cannot contain NUL (0x00) bytes")
+
+
 def _pg_text(value: Any) -> bytes | None:
     """A parameter in Postgres's text format, as psycopg would send it."""
     if value is None:
         return None
     t = type(value)
     if t is str:
-        if "\x00" in value:  # what psycopg refuses: libpq would cut the text there
-            raise _libpq().DataError("PostgreSQL text fields cannot contain NUL (0x00) bytes")
+        if "\x00" in value:
+            raise _nul_refused()
         return value.encode()
     if t is int:
         return str(value).encode()
@@ -349,7 +380,7 @@ def _pg_write_prepared(db: Any, *args: Any) -> bool:
                 db.autocommit = False
     event_rows, part_rows = args[-2], args[-1]
     stmt = _pg_sql(len(event_rows), len(part_rows))
-    values = [_pg_text(v) for v in _pg_params(*args)]
+    values = _pg_values(*args)
     res = pgconn.exec_prepared(stmt.name, values)
     if res.status == pq.FATAL and res.error_field(pq.SQLSTATE) == b"26000":
         # Not prepared on this connection yet (or deallocated since: psycopg deallocates

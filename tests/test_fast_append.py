@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -786,3 +786,31 @@ def test_prepared_parameters_are_postgres_text_or_refused() -> None:
         _pg_text(when.replace(tzinfo=None))
     with pytest.raises(TypeError):
         _pg_text(True)
+
+
+def test_prepared_parameter_list_is_each_parameter_in_text_form() -> None:
+    """``_pg_values`` (one loop over a batch's parameters, each time formatted once) gives
+    exactly what ``_pg_text`` gives for each of ``_pg_params``, and refuses the same."""
+    import psycopg
+
+    from eventstore._fast import _pg_params, _pg_text, _pg_values
+
+    t1 = datetime(2025, 5, 6, 7, 8, 9, 123456, tzinfo=UTC)
+    t2 = datetime(2025, 5, 6, 7, 8, 10, tzinfo=timezone(timedelta(hours=-3)))
+    events = [
+        ("s", 3, "id-3", "message", t1, '{"é":1}', 7, 8, None, None, None, "h3"),
+        ("s", 4, "id-4", "custom", t2, "{}", 0, 2, None, None, None, "h4"),
+        ("s", 5, "id-5", "message", t2, "{}", -1, 2**40, None, None, None, "h5"),
+    ]
+    parts = [("s", 3, 0, "text", None, None, None, 5), ("s", 5, 0, "tool_call", "c", "n", None, 1)]
+    args = ("tenant", "s", 2, None, 5, "h5", events, parts)
+    want = [_pg_text(v) for v in _pg_params(*args)]
+    assert _pg_values(*args) == want
+    assert want.count(t1.isoformat().encode()) == 1
+    assert want.count(t2.isoformat().encode()) == 3  # two rows and the head's time
+    with pytest.raises(psycopg.DataError):
+        _pg_values("tenant", "s\x00", 2, None, 3, "h3", events[:1], [])
+    for bad in (True, 1.5, t1.replace(tzinfo=None)):
+        row = (*events[0][:6], bad, *events[0][7:])
+        with pytest.raises(TypeError):
+            _pg_values("tenant", "s", 2, None, 3, "h3", [row], [])
