@@ -199,6 +199,7 @@ def package_versions() -> dict[str, str | None]:
         "psycopg-binary",
         "pydantic",
         "pydantic-core",
+        "orjson",  # the fast extra: canonical JSON is written by it where installed
         "google-adk",
         "openai-agents",
         "aiosqlite",
