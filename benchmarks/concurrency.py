@@ -10,6 +10,12 @@ order store, floor, floor, store.
 SQLite has one writer at a time per database file: its numbers show how the store
 behaves under that lock (no errors, fair progress), not parallel speed-up.
 
+On Postgres it also measures the CPU one append costs on each side, one writer at a
+time: the benchmark process's own CPU time (the client) and the CPU time of every
+``postgres`` process on the machine (the server, when it runs here), for the store's
+append and the raw insert in alternating blocks. With few cores, the two sides share them,
+and their sum is what bounds many writers' throughput.
+
 Writes ``CONCURRENCY.md`` and ``concurrency.json`` (into ``benchmarks/`` for the full
 mode, ``benchmarks/smoke-results/`` for ``--smoke`` unless ``--out`` says otherwise).
 """
@@ -226,7 +232,103 @@ def measure(
     return rows
 
 
-def render(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
+# --------------------------------------------------------------------------- CPU per append
+
+
+def _server_cpu_s() -> float | None:
+    """CPU seconds used so far by the processes named ``postgres`` on this machine (the
+    server, when it runs here: its backends and its writers), or None when none can be
+    read (another machine's server, or no ``/proc``)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total, found = 0.0, False
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return None
+    for d in proc.iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            if (d / "comm").read_text().strip() != "postgres":
+                continue
+            fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # gone meanwhile, or not ours to read
+        total += (int(fields[11]) + int(fields[12])) / tick  # utime + stime
+        found = True
+    return total if found else None
+
+
+def cpu_per_append(url: str, fresh_raw: Callable[[], Any], appends: int) -> list[dict[str, Any]]:
+    """The client's and the server's CPU per single append, store against raw insert, one
+    writer each, in alternating blocks (the events and payloads made beforehand: the
+    append alone is measured). Server figures are None when the server's processes
+    cannot be read."""
+    from eventstore import EventStore
+
+    blocks = 10
+    per = max(1, appends // blocks)
+    warm = min(200, per)
+    total = warm + per * blocks
+    msgs = [to_message(step(n)) for n in range(1, total + 1)]
+    payloads = [raw_payload(step(n)) for n in range(1, total + 1)]
+    client = {"eventstore": 0.0, "raw insert": 0.0}
+    server: dict[str, float | None] = {"eventstore": 0.0, "raw insert": 0.0}
+    raw = fresh_raw()
+    try:
+        with EventStore(url) as store:
+            sid = store.create_session(title="cpu per append").id
+            cursor = {"eventstore": 0, "raw insert": 0}
+
+            def run(subject: str, count: int) -> None:
+                at = cursor[subject]
+                if subject == "eventstore":
+                    for m in msgs[at : at + count]:
+                        store.append(sid, [m])
+                else:
+                    for i in range(at, at + count):
+                        raw.insert_one((sid, i + 1, payloads[i]))
+                cursor[subject] = at + count
+
+            for subject in client:
+                run(subject, warm)
+            for b in range(blocks):
+                for subject in list(client) if b % 2 == 0 else list(client)[::-1]:
+                    s0, c0 = _server_cpu_s(), time.process_time()
+                    run(subject, per)
+                    c1, s1 = time.process_time(), _server_cpu_s()
+                    client[subject] += c1 - c0
+                    before = server[subject]
+                    server[subject] = (
+                        None if s0 is None or s1 is None or before is None else before + s1 - s0
+                    )
+    finally:
+        raw.close()
+    rows = []
+    for subject in client:
+        spent = server[subject]
+        rows.append(
+            {
+                "backend": "postgres",
+                "subject": subject,
+                "appends": per * blocks,
+                "client_cpu_ms": round(client[subject] / (per * blocks) * 1e3, 4),
+                "server_cpu_ms": None if spent is None else round(spent / (per * blocks) * 1e3, 4),
+            }
+        )
+    log(
+        "postgres CPU per append: "
+        + "; ".join(
+            f"{r['subject']} client {r['client_cpu_ms']:.3f} ms, server "
+            + ("n/a" if r["server_cpu_ms"] is None else f"{r['server_cpu_ms']:.3f} ms")
+            for r in rows
+        )
+    )
+    return rows
+
+
+def render(
+    rows: list[dict[str, Any]], meta: dict[str, Any], cpu: list[dict[str, Any]] | None = None
+) -> str:
     out = [
         "# Concurrent writers: store against the raw driver",
         "",
@@ -259,6 +361,25 @@ def render(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         "not wait for each other; with few cores the client and the server compete for CPU.",
         "",
     ]
+    if cpu:
+        out += [
+            "## CPU per append (Postgres, one writer)",
+            "",
+            f"{cpu[0]['appends']:,} single appends each, store and raw insert in alternating "
+            "blocks, events and payloads made beforehand. Client: this process's CPU time. "
+            "Server: the CPU time of every `postgres` process on the machine over the same "
+            "blocks (its backends and its WAL writer; other work on the server counts too, "
+            "and the kernel counts in 10 ms ticks, so read it to about 0.01 ms).",
+            "",
+            "| subject | client CPU ms | server CPU ms | total ms |",
+            "|---|---:|---:|---:|",
+        ]
+        for r in cpu:
+            srv = r["server_cpu_ms"]
+            both = "n/a" if srv is None else f"{r['client_cpu_ms'] + srv:.3f}"
+            srv_text = "n/a (server not on this machine)" if srv is None else f"{srv:.3f}"
+            out.append(f"| {r['subject']} | {r['client_cpu_ms']:.3f} | {srv_text} | {both} |")
+        out.append("")
     return "\n".join(out)
 
 
@@ -279,6 +400,7 @@ def main(argv: list[str]) -> int:
     out.mkdir(parents=True, exist_ok=True)
     workdir = Path(tempfile.mkdtemp(prefix="eventstore-conc-"))
     rows: list[dict[str, Any]] = []
+    cpu: list[dict[str, Any]] = []
     pg_version = None
     started = time.perf_counter()
     machine = machine_info(workdir, None)
@@ -297,6 +419,8 @@ def main(argv: list[str]) -> int:
             pg_version = raw.server_version()
             raw.close()
             rows += measure("postgres", pg_url, lambda: RawPostgres(pg_url), writers, seconds)
+            appends = 1_000 if args.smoke else 5_000
+            cpu = cpu_per_append(pg_url, lambda: RawPostgres(pg_url), appends)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     machine["postgres"] = pg_version
@@ -308,8 +432,9 @@ def main(argv: list[str]) -> int:
         "load_average_at_end": load_average(),
         "duration_s": round(time.perf_counter() - started, 1),
     }
-    (out / "CONCURRENCY.md").write_text(render(rows, meta))
-    (out / "concurrency.json").write_text(json.dumps({"rows": rows, **meta}, indent=1) + "\n")
+    (out / "CONCURRENCY.md").write_text(render(rows, meta, cpu))
+    data = {"rows": rows, "cpu_per_append": cpu, **meta}
+    (out / "concurrency.json").write_text(json.dumps(data, indent=1) + "\n")
     log(f"done in {meta['duration_s']:.0f}s: {out / 'CONCURRENCY.md'}")
     return 0
 

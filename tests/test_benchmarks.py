@@ -181,6 +181,14 @@ def test_concurrency_smoke_reports_store_and_floor_per_writer_count(
         assert r["store_appends_per_s"] > 0 and r["raw_inserts_per_s"] > 0
     table = (out / "CONCURRENCY.md").read_text()
     assert table.count("| postgres |") == 4 and table.count("| sqlite |") == 4
+    # CPU per append on each side: the server runs on this machine, so its share is read.
+    cpu = {r["subject"]: r for r in data["cpu_per_append"]}
+    assert set(cpu) == {"eventstore", "raw insert"}
+    for r in cpu.values():
+        assert r["appends"] == 1_000 and r["client_cpu_ms"] > 0
+        assert r["server_cpu_ms"] is not None and r["server_cpu_ms"] >= 0
+    assert "## CPU per append (Postgres, one writer)" in table
+    assert "| eventstore |" in table and "| raw insert |" in table
 
 
 def test_concurrency_rejects_bad_writer_counts(tmp_path: Path) -> None:
