@@ -348,7 +348,7 @@ def render(
         "|---|---:|---|---:|---:|---:|",
     ]
     for r in rows:
-        ratio = "n/a" if r["ratio"] is None else f"{r['ratio']:.0%}"
+        ratio = "n/a" if r["ratio"] is None else f"{r['ratio']:.1%}"
         out.append(
             f"| {r['backend']} | {r['writers']} | {r['kind']} | "
             f"{r['store_appends_per_s']:,.0f} | {r['raw_inserts_per_s']:,.0f} | {ratio} |"
