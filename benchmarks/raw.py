@@ -117,8 +117,8 @@ class StoreSQL:
     """A diagnostic between the floor and the store: the statements of the store's append
     fast path for one event, sent straight through the driver with the hash chain
     computed inline. Like the store, it remembers the head its last append left, so no
-    head is read: on SQLite ``BEGIN IMMEDIATE``, the guarded head move (the feed trigger
-    fires), the event and parts inserts, ``COMMIT``; on Postgres the one guarded
+    head is read: on SQLite ``BEGIN IMMEDIATE``, the guarded head move, the event and
+    parts inserts, ``COMMIT``; on Postgres the one guarded
     statement, prepared and sent through libpq as the store sends it.
 
     The gap between the floor and this is the schema and its round trips; the gap between

@@ -567,7 +567,7 @@ def render(
         "on its own (stdlib `sqlite3` with WAL and `synchronous=FULL`, as the store; psycopg "
         "in autocommit). Both tables hold the same number of rows at each size. The last "
         "column is a diagnostic: the statements of the store's append fast path for one "
-        "event (on SQLite `BEGIN IMMEDIATE`, the guarded head move with its feed trigger, "
+        "event (on SQLite `BEGIN IMMEDIATE`, the guarded head move, "
         "the event and parts inserts, `COMMIT`; on Postgres its one guarded statement in "
         "autocommit) sent straight through the driver into the store's schema, with the head "
         "remembered as the store remembers it. On SQLite it writes to a database file of its "

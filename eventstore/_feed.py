@@ -5,16 +5,19 @@ must never skip one. The classic trap is a transaction that takes a position, co
 late, and lands *below* a position a follower has already passed. Here no append takes a
 position at all (there is no tenant-wide lock or counter on the append path):
 
-* each append records its seq range when the head moves, in the same transaction;
-* on SQLite a trigger on ``sessions`` numbers the range at once (``max(position_end) +
-  1``): SQLite writers hold the database lock until they commit, so numbering order is
-  commit order;
+* a reader of the feed first numbers what was appended since the feed was last read
+  (:func:`sequence`), in a write transaction, and only then reads ``feed``;
+* on SQLite the append writes nothing for the feed: the rows of ``events`` are inserted
+  in commit order (writers take turns, each holding the database lock until it commits,
+  and events are never deleted), so the reader numbers the rows inserted after the last
+  event numbered (``feed_cursor``), in rowid order, consecutive events of one session as
+  one range;
 * on Postgres the statement that moves the head (:func:`eventstore._sql.move_head`, and
-  the append fast path's) only queues the range in ``feed_pending``, with the time of the
-  append. A reader of the feed first moves the queued ranges into ``feed``, numbering
-  them in the order of those times, under a per-tenant advisory lock (:func:`sequence`).
-  It can only see committed ranges, and every later run numbers above it, so a range that
-  commits late simply gets a later position than the ones already read.
+  the append fast path's) queues the range in ``feed_pending``, with the time of the
+  append. The reader moves the queued ranges into ``feed``, numbering them in the order
+  of those times, under a per-tenant advisory lock. It can only see committed ranges,
+  and every later run numbers above it, so a range that commits late simply gets a later
+  position than the ones already read.
 
 Positions are dense per tenant (one per event, no gaps), so ``after`` is all a follower
 has to remember. :meth:`FeedMethods.tail` returns what is there now; :meth:`follow` keeps
@@ -31,20 +34,34 @@ import zlib
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from sqlalchemy import func, select, text, tuple_
+from sqlalchemy import func, insert, select, text, tuple_
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Connection
 
 from . import _blobs, _sql
-from .errors import InvalidEventError
+from .errors import InvalidEventError, SchemaError
 from .records import Session, TailItem
-from .schema import events, feed, feed_pending
+from .schema import events, feed, feed_cursor, feed_pending, sessions
 
-__all__ = ["FeedMethods", "Backoff", "TAIL_PAGE", "afollow", "sequence", "tail_page"]
+__all__ = [
+    "FeedMethods",
+    "Backoff",
+    "TAIL_PAGE",
+    "SQLITE_NUMBER_PAGE",
+    "afollow",
+    "has_pending",
+    "sequence",
+    "tail_page",
+]
 
 T = TypeVar("T")
 
 #: Events per page a tail reads at once.
 TAIL_PAGE = 500
+
+#: Events a reader numbers per write transaction on SQLite: a store whose feed was not
+#: read for a long time is caught up in several short transactions, not one long one.
+SQLITE_NUMBER_PAGE = 20_000
 
 _FEED_LOCK = text("SELECT pg_advisory_xact_lock(:key)")
 _NUMBER_PENDING = text(
@@ -71,24 +88,97 @@ def _lock_key(tenant: str) -> int:
     return zlib.crc32(b"eventstore-feed:" + tenant.encode("utf-8", "surrogatepass")) | (1 << 40)
 
 
+# SQLite: the rowid of the last event numbered (NULL before the first; NULL as well when
+# the cursor names an event that is not there, which :func:`_sqlite_after` refuses).
+_SQLITE_CURSOR_ROWID = (
+    "(SELECT e.rowid FROM feed_cursor c JOIN events e "
+    "ON e.session_id = c.session_id AND e.seq = c.seq WHERE c.id = 1)"
+)
+_SQLITE_HAS_NEW = text(
+    f"SELECT EXISTS (SELECT 1 FROM events WHERE rowid > coalesce({_SQLITE_CURSOR_ROWID}, 0))"
+)
+_SQLITE_NEW = text(
+    "SELECT rowid, session_id, seq FROM events WHERE rowid > :after ORDER BY rowid LIMIT :n"
+)
+_TENANT_BASE = select(func.coalesce(func.max(feed.c.position_end), 0))
+
+
 def has_pending(conn: Connection, tenant: str) -> bool:
-    """Whether committed ranges wait to be numbered (always ``False`` on SQLite)."""
+    """Whether appended events wait to be numbered: the tenant's queued ranges on
+    Postgres, any event on SQLite (whose readers number every tenant's at once)."""
     if conn.dialect.name != "postgresql":
-        return False
+        return bool(conn.execute(_SQLITE_HAS_NEW).scalar())
     q = select(feed_pending.c.session_id).where(feed_pending.c.tenant == tenant).limit(1)
     return conn.execute(q).first() is not None
 
 
-def sequence(conn: Connection, tenant: str) -> None:
-    """Number the tenant's committed, queued ranges (Postgres; a no-op on SQLite).
+def sequence(conn: Connection, tenant: str) -> bool:
+    """Number what was appended and not yet numbered, in one write transaction; whether
+    more may be left (SQLite numbers :data:`SQLITE_NUMBER_PAGE` events at a time).
 
-    Runs in its own write transaction under the tenant's advisory lock, so two readers
-    never number the same range or interleave their positions.
+    Postgres: the tenant's committed, queued ranges, under the tenant's advisory lock, so
+    two readers never number the same range or interleave their positions. SQLite: every
+    tenant's events past the cursor, under the database's write lock.
     """
     if conn.dialect.name != "postgresql":
-        return
+        return _sequence_sqlite(conn, SQLITE_NUMBER_PAGE)
     conn.execute(_FEED_LOCK, {"key": _lock_key(tenant)})
     conn.execute(_NUMBER_PENDING, {"tenant": tenant})
+    return False
+
+
+def _sqlite_after(conn: Connection) -> int:
+    """The rowid of the last event numbered (0 before the first)."""
+    mark = conn.execute(
+        select(feed_cursor.c.session_id, feed_cursor.c.seq).where(feed_cursor.c.id == 1)
+    ).first()
+    if mark is None:
+        return 0
+    rowid = conn.execute(text(f"SELECT {_SQLITE_CURSOR_ROWID}")).scalar()
+    if rowid is None:
+        raise SchemaError(
+            f"the feed's cursor names event {mark.seq} of session {mark.session_id}, which "
+            "is not in the events table: the database was changed outside the store"
+        )
+    return int(rowid)
+
+
+def _sequence_sqlite(conn: Connection, limit: int) -> bool:
+    rows = conn.execute(_SQLITE_NEW, {"after": _sqlite_after(conn), "n": limit}).all()
+    if not rows:
+        return False
+    # Runs of consecutive events of one session, in insertion (commit) order.
+    runs: list[list[Any]] = []
+    for _, session_id, seq in rows:
+        if runs and runs[-1][0] == session_id and runs[-1][2] == seq - 1:
+            runs[-1][2] = seq
+        else:
+            runs.append([session_id, seq, seq])
+    tenants: dict[str, str] = {}
+    ids = list({r[0] for r in runs})
+    for at in range(0, len(ids), 500):
+        q = select(sessions.c.id, sessions.c.tenant).where(sessions.c.id.in_(ids[at : at + 500]))
+        tenants.update({sid: t for sid, t in conn.execute(q)})
+    bases: dict[str, int] = {}
+    numbered = []
+    for session_id, first, last in runs:
+        owner = tenants[session_id]
+        base = bases.get(owner)
+        if base is None:
+            base = int(conn.execute(_TENANT_BASE.where(feed.c.tenant == owner)).scalar_one())
+        bases[owner] = base + last - first + 1
+        numbered.append(
+            {"tenant": owner, "position_start": base + 1, "position_end": bases[owner],
+             "session_id": session_id, "from_seq": first, "to_seq": last}
+        )  # fmt: skip
+    conn.execute(insert(feed), numbered)
+    _, session_id, seq = rows[-1]
+    conn.execute(
+        sqlite_insert(feed_cursor)
+        .values(id=1, session_id=session_id, seq=seq)
+        .on_conflict_do_update(index_elements=["id"], set_={"session_id": session_id, "seq": seq})
+    )
+    return len(rows) == limit
 
 
 def tail_page(
@@ -183,8 +273,9 @@ class FeedMethods:
         def get_session(self, session_id: str) -> Session: ...
 
     def _sequence_feed(self) -> None:
-        if self.dialect == "postgresql" and self._run(has_pending, self.tenant):
-            self._run(sequence, self.tenant, write=True)
+        if self._run(has_pending, self.tenant):
+            while self._run(sequence, self.tenant, write=True):
+                pass
 
     def _tail_page(self, session_id: str | None, after: int, limit: int) -> list[TailItem]:
         self._sequence_feed()

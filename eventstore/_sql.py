@@ -382,7 +382,7 @@ _SET_HEAD = (
     )
 )
 # Postgres: the same head move, queueing the appended range for the tenant feed in the
-# same statement (see eventstore._feed; SQLite's trigger numbers it instead).
+# same statement (see eventstore._feed; SQLite's readers number new event rows instead).
 _SET_HEAD_PG = text(
     "WITH h AS (UPDATE sessions SET head_seq = :new_seq, head_hash = :new_hash, "
     "updated_at = :now WHERE id = :sid RETURNING id, tenant) "
@@ -475,9 +475,10 @@ def append(
 def move_head(
     conn: Connection, session_id: str, head: int, new_seq: int, new_hash: str | None, now: datetime
 ) -> None:
-    """Move the session's head from ``head`` to ``new_seq`` and have the events in between
-    fed to the tenant feed (every statement that moves a head goes through here, or does
-    what it does: the append fast path)."""
+    """Move the session's head from ``head`` to ``new_seq`` and, on Postgres, queue the
+    events in between for the tenant feed (every statement that moves a head goes through
+    here, or does what it does: the append fast path). SQLite's feed readers find new
+    event rows themselves."""
     params = {"sid": session_id, "new_seq": new_seq, "new_hash": new_hash, "now": now}
     if conn.dialect.name == "postgresql":
         conn.execute(_SET_HEAD_PG, {**params, "from_seq": head + 1})

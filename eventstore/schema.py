@@ -40,6 +40,7 @@ __all__ = [
     "fork_compactions",
     "feed",
     "feed_pending",
+    "feed_cursor",
     "search_progress",
     "blobs",
     "NATIVE_SEARCH_TABLES",
@@ -54,7 +55,7 @@ __all__ = [
 ]
 
 #: The Alembic revision this code expects. A test asserts it equals the migration head.
-SCHEMA_REVISION = "0009"
+SCHEMA_REVISION = "0010"
 
 #: The predicate of the partial ``(session_id, kind, seq)`` index: every kind but messages.
 RARE_KIND = "kind <> 'message'"
@@ -227,16 +228,19 @@ fork_compactions = Table(
     ForeignKeyConstraint(["session_id"], ["sessions.id"]),
 )
 
-# The tenant's feed: every append's seq range gets a range of positions in one ordered
-# sequence per tenant (``position_start..position_end``, dense, one position per event),
-# so a follower can read "everything after position P" across sessions and never skip an
-# event. Positions are assigned in commit order: on SQLite by a trigger (writers hold the
-# database lock until commit, so the order of assignment is the order of commits); on
-# Postgres the statement that moves the head only queues the range in ``feed_pending``
-# (a trigger did until 0008), and a reader of the feed
-# moves committed ranges into ``feed`` under a per-tenant advisory lock (see
-# ``eventstore._feed``): a range is numbered only once it is visible, so a transaction
-# that commits late can never receive a position below one a follower already passed.
+# The tenant's feed: every appended event gets a position in one ordered sequence per
+# tenant (a row per range: ``position_start..position_end``, dense, one position per
+# event), so a follower can read "everything after position P" across sessions and never
+# skip an event. Positions are assigned in commit order, by a reader of the feed (see
+# ``eventstore._feed``), never by the append itself: on SQLite from the order the events
+# table's rows were inserted in (its rowids: writers take turns, each holding the database
+# lock until it commits, and events are never deleted), past the last event numbered,
+# which ``feed_cursor`` names; on Postgres the statement that moves the head queues the
+# range in ``feed_pending`` (a trigger did until 0008), and a reader moves committed
+# ranges into ``feed`` under a per-tenant advisory lock: a range is numbered only once it
+# is visible, so a transaction that commits late can never receive a position below one a
+# follower already passed. (Until 0010 a trigger on SQLite numbered each append's range
+# as its head moved.)
 feed = Table(
     "feed",
     metadata,
@@ -266,6 +270,18 @@ feed_pending = Table(
     Index(None, "tenant"),
 )
 
+# SQLite: the last event the feed has numbered, by its key (one row, ``id`` 1; none until
+# the first). Its rowid is looked up when the feed is read: a ``VACUUM`` may renumber the
+# rowids of ``events``, but it keeps their order. Postgres leaves this table empty.
+feed_cursor = Table(
+    "feed_cursor",
+    metadata,
+    Column("id", Integer, nullable=False),
+    Column("session_id", String(36), nullable=False),
+    Column("seq", Integer, nullable=False),
+    PrimaryKeyConstraint("id"),
+)
+
 # Large attachments, once per tenant by content hash (``sha256:<hex>``); payloads name them.
 blobs = Table(
     "blobs",
@@ -293,23 +309,11 @@ search_progress = Table(
 #: named after it).
 NATIVE_SEARCH_TABLES = {"sqlite": "search_fts", "postgresql": "search_docs"}
 
-_SQLITE_FEED_TRIGGERS = [
-    (
-        "sessions_feed",
-        """CREATE TRIGGER sessions_feed AFTER UPDATE OF head_seq ON sessions
-WHEN NEW.head_seq > OLD.head_seq
-BEGIN
-    INSERT INTO feed (tenant, position_start, position_end, session_id, from_seq, to_seq)
-    SELECT NEW.tenant, base + 1, base + NEW.head_seq - OLD.head_seq, NEW.id,
-           OLD.head_seq + 1, NEW.head_seq
-    FROM (SELECT coalesce(max(position_end), 0) AS base FROM feed WHERE tenant = NEW.tenant);
-END""",
-    ),
-]
-
-# Postgres has no feed trigger since 0008: the statements that move a head queue the range
-# in ``feed_pending`` themselves (``eventstore._sql.move_head`` and the append fast path).
-# What 0003 installed there, dropped by 0008 (and by downgrades):
+# No feed trigger since 0010 on SQLite (readers number the events table's new rows) and
+# 0008 on Postgres (the statements that move a head queue the range in ``feed_pending``
+# themselves: ``eventstore._sql.move_head`` and the append fast path). What 0003
+# installed, dropped by those revisions (and by downgrades past 0003):
+_SQLITE_FEED_DROP = ["DROP TRIGGER IF EXISTS sessions_feed"]
 _PG_FEED_DROP = [
     "DROP TRIGGER IF EXISTS sessions_feed ON sessions",
     "DROP FUNCTION IF EXISTS eventstore_feed_pending()",
@@ -317,11 +321,9 @@ _PG_FEED_DROP = [
 
 
 def feed_trigger_ddl(dialect: str) -> list[str]:
-    """DDL that installs the trigger feeding the tenant feed for ``dialect`` (none on
-    Postgres since 0008)."""
-    if dialect == "sqlite":
-        return [sql for _, sql in _SQLITE_FEED_TRIGGERS]
-    if dialect == "postgresql":
+    """DDL that installs the trigger feeding the tenant feed for ``dialect``: none since
+    0010 (SQLite) and 0008 (Postgres)."""
+    if dialect in ("sqlite", "postgresql"):
         return []
     raise ValueError(f"unsupported dialect {dialect!r}")
 
@@ -329,7 +331,7 @@ def feed_trigger_ddl(dialect: str) -> list[str]:
 def drop_feed_trigger_ddl(dialect: str) -> list[str]:
     """DDL that removes the feed trigger (used by downgrades)."""
     if dialect == "sqlite":
-        return [f"DROP TRIGGER IF EXISTS {name}" for name, _ in _SQLITE_FEED_TRIGGERS]
+        return list(_SQLITE_FEED_DROP)
     if dialect == "postgresql":
         return list(_PG_FEED_DROP)
     raise ValueError(f"unsupported dialect {dialect!r}")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
+import sqlite3
 import threading
 import time
 import uuid
@@ -15,7 +16,16 @@ from typing import Any
 
 import pytest
 
-from eventstore import AsyncEventStore, EventStore, InvalidEventError, Message, NotFoundError, _sql
+from eventstore import (
+    AsyncEventStore,
+    EventStore,
+    InvalidEventError,
+    Message,
+    NotFoundError,
+    SchemaError,
+    _feed,
+    _sql,
+)
 
 
 def _keys(items: list[Any]) -> list[tuple[str, int]]:
@@ -255,3 +265,78 @@ def test_every_path_that_moves_a_head_feeds_the_tail(api_store: Any) -> None:
     assert [i.position for i in items] == list(range(1, 25))
     assert items[-1].stored.event.kind == "purge"
     assert api_store.feed_position() == 24
+
+
+# --------------------------------------------------------------------------- SQLite's numbering
+
+
+def _sqlite_rows(path: Any, sql: str) -> list[tuple[Any, ...]]:
+    db = sqlite3.connect(path)
+    try:
+        return db.execute(sql).fetchall()
+    finally:
+        db.close()
+
+
+def test_sqlite_appends_leave_the_numbering_to_readers_in_commit_order(tmp_path: Any) -> None:
+    """An append on SQLite writes nothing for the feed; the first reader numbers every
+    tenant's new events, in the order they were committed, one range per run of a
+    session's consecutive events, and the cursor names the newest."""
+    path = tmp_path / "feed.db"
+    with EventStore(f"sqlite:///{path}", tenant="t1") as one:
+        two = one.with_tenant("t2")
+        a, b = one.create_session(), one.create_session()
+        c = two.create_session()
+        one.append(a.id, [Message.user("a1")])
+        one.append(a.id, [Message.user("a2"), Message.user("a3")], expected_seq=1)
+        two.append(c.id, [Message.user("c1")])
+        one.append(b.id, [Message.user("b1")])
+        one.append(a.id, [Message.user("a4")], expected_seq=3)
+        assert _sqlite_rows(path, "SELECT count(*) FROM feed") == [(0,)]
+        assert one.feed_position() == 5
+        # The other tenant's events were numbered by the same reader, in its own feed.
+        assert _sqlite_rows(path, "SELECT tenant, position_start, position_end, from_seq, "
+                            "to_seq FROM feed ORDER BY tenant, position_end") == [
+            ("t1", 1, 3, 1, 3),  # a1..a3: two appends, one range
+            ("t1", 4, 4, 1, 1),  # b1
+            ("t1", 5, 5, 4, 4),  # a4
+            ("t2", 1, 1, 1, 1),  # c1
+        ]  # fmt: skip
+        assert _sqlite_rows(path, "SELECT id, session_id, seq FROM feed_cursor") == [(1, a.id, 4)]
+        assert _keys(list(one.tail())) == [(a.id, 1), (a.id, 2), (a.id, 3), (b.id, 1), (a.id, 4)]
+        assert _keys(list(two.tail())) == [(c.id, 1)]
+        # Reading again numbers nothing twice; the next append continues the sequence.
+        assert one.feed_position() == 5
+        one.append(b.id, [Message.user("b2")], expected_seq=1)
+        assert [(i.position, i.stored.seq) for i in one.tail(after=5)] == [(6, 2)]
+
+
+def test_sqlite_numbers_a_long_backlog_in_pages(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_feed, "SQLITE_NUMBER_PAGE", 7)
+    with EventStore(f"sqlite:///{tmp_path / 'feed.db'}") as store:
+        sessions = [store.create_session().id for _ in range(3)]
+        order = []
+        for n in range(1, 11):
+            for sid in sessions:
+                store.append(sid, [Message.user(f"{sid} {n}")], expected_seq=n - 1)
+                order.append((sid, n))
+        items = list(store.tail())
+    assert [i.position for i in items] == list(range(1, 31))
+    assert _keys(items) == order
+
+
+def test_sqlite_cursor_naming_a_missing_event_is_refused(tmp_path: Any) -> None:
+    path = tmp_path / "feed.db"
+    with EventStore(f"sqlite:///{path}") as store:
+        s = store.create_session()
+        store.append(s.id, [Message.user("one")])
+        assert store.feed_position() == 1
+        store.append(s.id, [Message.user("two")], expected_seq=1)
+        db = sqlite3.connect(path)
+        db.execute("UPDATE feed_cursor SET seq = 99")
+        db.commit()
+        db.close()
+        with pytest.raises(SchemaError, match="feed's cursor names event 99"):
+            store.feed_position()

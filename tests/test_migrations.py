@@ -41,6 +41,7 @@ TABLES = {
     "fork_compactions",
     "feed",
     "feed_pending",
+    "feed_cursor",
     "search_progress",
     "blobs",
 }
@@ -51,7 +52,6 @@ SQLITE_TRIGGERS = {
     "parts_compact_once",
     "fork_compactions_append_only_update",
     "fork_compactions_append_only_delete",
-    "sessions_feed",
 }
 PG_TRIGGERS = {
     "events_append_only",
@@ -222,16 +222,17 @@ def _guards(conn: Connection) -> dict[str, str]:
 
 @pytest.mark.parametrize("dialect", ["sqlite", "postgresql"])
 def test_feed_migration_trigger_equals_the_live_schema(dialect: str) -> None:
-    """Revision 0003's frozen feed trigger is what ``eventstore.schema`` produces today on
-    SQLite; on Postgres 0008 dropped it (the append statements queue their ranges), and
-    its downgrade puts back exactly what 0003 installed."""
+    """No feed trigger is live on either backend: 0010 dropped SQLite's (readers number
+    new event rows) and 0008 Postgres's (the append statements queue their ranges); each
+    downgrade puts back exactly what 0003 installed."""
     feed = _load_migration(VERSIONS / "0003_feed.py")
     queued = _load_migration(VERSIONS / "0008_feed_queued_by_appends.py")
+    read_side = _load_migration(VERSIONS / "0010_sqlite_feed_read_side.py")
     assert feed._drop_feed_trigger_ddl(dialect) == drop_feed_trigger_ddl(dialect)
+    assert feed_trigger_ddl(dialect) == []
     if dialect == "sqlite":
-        assert feed._feed_trigger_ddl(dialect) == feed_trigger_ddl(dialect)
+        assert [read_side._SQLITE_TRIGGER] == feed._feed_trigger_ddl(dialect)
     else:
-        assert feed_trigger_ddl(dialect) == []
         assert queued._DROP_PG == drop_feed_trigger_ddl(dialect)
         assert queued._RESTORE_PG == feed._feed_trigger_ddl(dialect)
 
@@ -641,3 +642,50 @@ def test_feed_trigger_migration_keeps_queued_ranges_and_the_chain(empty_url: str
         assert check(engine) == []
     finally:
         engine.dispose()
+
+
+def test_sqlite_feed_numbering_moves_to_readers_and_back(tmp_path: Path) -> None:
+    """0010 on SQLite: events appended and not yet read are numbered by the downgrade (in
+    commit order, per tenant, after what was numbered before), the trigger is back, and
+    the upgrade after it hands the numbering back to readers without a gap or a
+    repeat."""
+    url = f"sqlite:///{tmp_path / 'feed.db'}"
+    with EventStore(url, tenant="t1") as one:
+        two = one.with_tenant("t2")
+        a, b = one.create_session().id, two.create_session().id
+        one.append(a, [Message.user("a1")])
+        assert one.feed_position() == 1  # numbered by a reader; the cursor is at a1
+        one.append(a, [Message.user("a2"), Message.user("a3")], expected_seq=1)
+        two.append(b, [Message.user("b1")])
+        one.append(a, [Message.user("a4")], expected_seq=3)
+    engine = create_engine(url)
+    try:
+        downgrade(engine, "0009")
+        assert "feed_cursor" not in _tables(engine)
+        assert "sessions_feed" in _triggers(engine)
+        with engine.connect() as conn:
+            rows = conn.execute(
+                text(
+                    "SELECT tenant, position_start, position_end, from_seq, to_seq FROM feed "
+                    "ORDER BY tenant, position_end"
+                )
+            ).all()
+            assert [tuple(r) for r in rows] == [
+                ("t1", 1, 1, 1, 1),
+                ("t1", 2, 2, 2, 2),
+                ("t1", 3, 3, 3, 3),
+                ("t1", 4, 4, 4, 4),
+                ("t2", 1, 1, 1, 1),
+            ]
+        upgrade(engine)
+        assert check(engine) == []
+        assert "sessions_feed" not in _triggers(engine)
+    finally:
+        engine.dispose()
+    with EventStore(url, tenant="t1", upgrade=False) as one:
+        one.append(a, [Message.user("a5")], expected_seq=4)
+        one.append(a, [Message.user("a6")], expected_seq=5)
+        items = list(one.tail())
+        assert [(i.position, i.stored.seq) for i in items] == [(n, n) for n in range(1, 7)]
+        assert [(i.position, i.stored.seq) for i in one.with_tenant("t2").tail()] == [(1, 1)]
+        assert one.verify(a, fingerprints=False).ok

@@ -175,8 +175,8 @@ def db_distribute(state: State, partitions: int | None, as_json: bool) -> None:
         click.echo(
             f"distributed {_display_url(state)} with Citus: the session tables are "
             "distributed on the session and co-located (one session's rows on one worker); "
-            "session_keys, blobs and feed by their own keys; search_progress and "
-            "alembic_version are reference tables. Statements run:"
+            "session_keys, blobs and feed by their own keys; search_progress, "
+            "feed_cursor and alembic_version are reference tables. Statements run:"
         )
     else:
         click.echo(
