@@ -117,9 +117,10 @@ class StoreSQL:
     """A diagnostic between the floor and the store: the statements of the store's append
     fast path for one event, sent straight through the driver with the hash chain
     computed inline. Like the store, it remembers the head its last append left, so no
-    head is read: on SQLite ``BEGIN IMMEDIATE``, the guarded head move, the event and
-    parts inserts, ``COMMIT``; on Postgres the one guarded
-    statement, prepared and sent through libpq as the store sends it.
+    head is read: on SQLite ``BEGIN IMMEDIATE``, the guarded head move, the event insert
+    and its parts rows' (a message has none when its one part is text), ``COMMIT``; on
+    Postgres the one guarded statement, prepared and sent through libpq as the store
+    sends it.
 
     The gap between the floor and this is the schema and its round trips; the gap between
     this and the store is the library's Python work (validation, encoding, pooling).

@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import and_, bindparam, func, insert, select, text, update
 from sqlalchemy.engine import Connection
@@ -37,7 +37,9 @@ from .codec import (
     canonical_json,
     check_text,
     decode_event,
+    implied_part_tokens,
     new_id,
+    sole_text,
     storable_text_error,
 )
 from .errors import (
@@ -489,6 +491,25 @@ def move_head(
 Rows = list[dict[str, Any]]
 
 
+class _ImpliedRow(NamedTuple):
+    type: str
+    compacted_seq: int | None
+
+
+def _sole_text_tokens(conn: Connection, owner: str, seq: int) -> int | None:
+    """The part's token count when event ``seq`` of ``owner`` is a message appended
+    without its sole text part's row (see :func:`~eventstore.codec.sole_text`)."""
+    row = conn.execute(
+        select(*_EVENT_COLS).where(
+            events.c.session_id == owner, events.c.seq == seq, kind_is("message")
+        )
+    ).first()
+    if row is None:
+        return None
+    stored = row_to_stored(row, owner)
+    return implied_part_tokens(stored.token_count) if sole_text(stored.event) else None
+
+
 def _apply_prune(
     conn: Connection,
     session_id: str,
@@ -499,7 +520,7 @@ def _apply_prune(
 ) -> None:
     for ref in prune.targets:
         owner = owner_of(segments, ref.seq)
-        row = (
+        row: Any = (
             None
             if owner is None
             else conn.execute(
@@ -508,6 +529,11 @@ def _apply_prune(
                 )
             ).first()
         )
+        implied = None
+        if row is None and owner is not None and ref.index == 0:
+            implied = _sole_text_tokens(conn, owner, ref.seq)
+            if implied is not None:
+                row = _ImpliedRow("text", None)
         # A placeholder replaces tool results only; a truncation (keep_chars) may also cut
         # a message's text (a pinned head too large for the budget).
         allowed = ("tool_result",) if prune.keep_chars is None else ("tool_result", "text")
@@ -516,6 +542,14 @@ def _apply_prune(
             raise InvalidEventError(
                 f"prune.targets: seq {ref.seq} part {ref.index} is not a stored {what}"
             )
+        if owner == session_id and implied is not None:
+            # The part had no row (see codec.sole_text): it gets one now, stamped.
+            conn.execute(
+                insert(parts),
+                {"session_id": owner, "seq": ref.seq, "idx": 0, "type": "text",
+                 "token_count": implied, "compacted_at": created, "compacted_seq": prune_seq},
+            )  # fmt: skip
+            continue
         if owner == session_id:
             conn.execute(
                 update(parts)

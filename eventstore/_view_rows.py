@@ -53,7 +53,7 @@ from .errors import InvalidEventError
 from .events import Condensation, Prune
 from .records import StoredEvent
 from .schema import events, fork_compactions, kind_is, kind_sql, parts
-from .views import PartState, ViewRows
+from .views import IMPLIED_TOKENS, PartState, ViewRows
 
 __all__ = ["view_rows", "view_rows_at_once"]
 
@@ -363,7 +363,9 @@ def _rows(
     for r in sorted(by.get("f", []) + by.get("h", []), key=lambda r: r[1]):
         n += 1
         cur_state = part_states.get(r[2], {}).get(r[9])
-        if cur_state is not None and cur_state.compacted_seq is None:
+        if cur_state is None:  # a part without a row (see codec.sole_text)
+            part_states.setdefault(r[2], {})[r[9]] = PartState(IMPLIED_TOKENS, r[10])
+        elif cur_state.compacted_seq is None:
             part_states[r[2]][r[9]] = PartState(cur_state.tokens, r[10])
 
     placeholders = _placeholders((r[2], r[6]) for r in by.get("x", ()))
@@ -703,6 +705,9 @@ def _read_parts(
                 for fr in conn.execute(q):
                     rows += 1
                     cur = out.get(fr.seq, {}).get(fr.idx)
-                    if cur is not None and cur.compacted_seq is None:
+                    if cur is None:  # a part without a row (see codec.sole_text)
+                        stamped = PartState(IMPLIED_TOKENS, fr.compacted_seq)
+                        out.setdefault(fr.seq, {})[fr.idx] = stamped
+                    elif cur.compacted_seq is None:
                         out[fr.seq][fr.idx] = PartState(cur.tokens, fr.compacted_seq)
     return out, rows

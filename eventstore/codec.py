@@ -57,6 +57,8 @@ __all__ = [
     "column_text",
     "storable_text_error",
     "encode_event",
+    "sole_text",
+    "implied_part_tokens",
     "decode_event",
     "decode_row",
     "chain_hash",
@@ -435,6 +437,27 @@ class Encoded:
     parse is needed."""
 
 
+def sole_text(evt: Event) -> bool:
+    """Whether ``evt`` is a message whose one part is text (most chat messages).
+
+    Such a message is appended without a ``parts`` row: the row would only repeat what
+    the event row says. Its one part is index 0, of type ``text``, with no tool ids or
+    state, :func:`implied_part_tokens` tokens, and not compacted, until a prune truncates
+    it; that prune writes the row, stamped. (Messages appended before schema 0010 have
+    the row; readers take a row wherever there is one.)
+    """
+    if not isinstance(evt, Message):
+        return False
+    parts = evt.parts
+    return len(parts) == 1 and parts[0].type == "text"
+
+
+def implied_part_tokens(event_tokens: int) -> int:
+    """The token count of a :func:`sole_text` message's part, from the event's (what
+    :func:`encode` counted: the part's tokens and :data:`MESSAGE_OVERHEAD`)."""
+    return event_tokens - MESSAGE_OVERHEAD
+
+
 def part_columns(idx: int, part: Part) -> dict[str, Any]:
     """The ``parts`` index columns copied from one part (all but its token count)."""
     # By type rather than getattr: a pydantic model answers a missing attribute through
@@ -521,6 +544,8 @@ def encode(evt: Event, counter: TokenCounter, blob_threshold: int | None = None)
                     break
         payload, size, proven = _payload_proven(stored)
         total, rows = _message_parts(parts, counter)
+        if len(rows) == 1 and rows[0]["type"] == "text":
+            rows = []  # a sole text part: its row is implied (see sole_text)
         return Encoded(stored, stored.kind, payload, size, total, rows, blobs, proven)
     payload, size = _payload(evt)
     if isinstance(evt, Condensation):

@@ -3,7 +3,8 @@
 The tables are the single source for migrations (``alembic check`` compares them with the
 migration head in CI). Message content lives once, in ``events.payload``; ``parts`` holds
 the per-part metadata a view needs without parsing payloads: type, tool ids, token counts
-and the one-time compaction stamp.
+and the one-time compaction stamp. A message whose one part is text gets no ``parts`` row
+until a prune truncates that part (since 0010; see :func:`eventstore.codec.sole_text`).
 """
 
 from __future__ import annotations

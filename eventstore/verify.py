@@ -29,6 +29,7 @@ import hmac
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
+from types import SimpleNamespace
 from typing import Any
 
 from ._purge import hashes_digest, is_redacted, payloads_digest
@@ -38,7 +39,9 @@ from .codec import (
     canonical_json,
     chain_hash,
     decode_event,
+    implied_part_tokens,
     part_columns,
+    sole_text,
     with_blob_data,
 )
 from .events import Condensation, Custom, Message, PartRef, Prune, Purge, ToolResultPart
@@ -52,6 +55,15 @@ SEAL = "eventstore.seal"
 """Name of the custom event that anchors the chain to a key held outside the database."""
 
 _CHECKED_COLUMNS = ("type", "tool_call_id", "tool_name", "state")
+
+
+def _implied_row(row: Any) -> SimpleNamespace:
+    """The ``parts`` row of a :func:`~eventstore.codec.sole_text` message that has none."""
+    return SimpleNamespace(
+        session_id=row.session_id, seq=row.seq, idx=0, type="text", tool_call_id=None,
+        tool_name=None, state=None, token_count=implied_part_tokens(row.token_count),
+        compacted_seq=None, compacted_at=None,
+    )  # fmt: skip
 
 
 def seal_mac(key: bytes, seq: int, head_hash: str | None) -> str:
@@ -401,6 +413,9 @@ class ChainCheck:
                 event=evt,
             )
         )
+        if not prows and evt is not None and sole_text(evt):
+            # Appended without its row (see codec.sole_text): the row the part implies.
+            prows = [_implied_row(row)]
         self._columns(row, evt, prows)
         self._stamps(seq, row.session_id, prows)
         if isinstance(evt, Prune):

@@ -40,7 +40,7 @@ from ._options import (
     placeholder_text,
     truncated_text,
 )
-from .codec import canonical_json, copy_json
+from .codec import canonical_json, copy_json, implied_part_tokens, sole_text
 from .events import (
     Condensation,
     LLMCall,
@@ -86,10 +86,14 @@ class PartState(NamedTuple):
     """What the ``parts`` table says about one part at the view's seq."""
 
     tokens: int
-    """Stored token count."""
+    """Stored token count (:data:`IMPLIED_TOKENS` for a part that has no row)."""
     compacted_seq: int | None
     """Seq of the prune that compacted it, if that prune is visible at the view's seq."""
 
+
+#: The token count of a state made without a ``parts`` row (a fork's compaction of a
+#: :func:`~eventstore.codec.sole_text` message's part): the event's count says it.
+IMPLIED_TOKENS = -1
 
 #: A part the ``parts`` table has no row for.
 _NO_STATE = PartState(0, None)
@@ -304,6 +308,10 @@ def assemble(rows: ViewRows, options: ViewOptions | None, counter: TokenCounter)
         info = rows.parts.get(stored.seq, no_rows)
         n_parts = len(stored.event.parts) if isinstance(stored.event, Message) else 0
         states = [info.get(i, _NO_STATE) for i in range(n_parts)]
+        if n_parts == 1 and (0 not in info or states[0].tokens == IMPLIED_TOKENS):
+            if sole_text(stored.event):  # no row: the event's count is the part's
+                compacted = info[0].compacted_seq if 0 in info else None
+                states = [PartState(implied_part_tokens(stored.token_count), compacted)]
         if replaced:
             states = [
                 PartState(st.tokens, replaced.get((stored.seq, i), st.compacted_seq))

@@ -227,7 +227,7 @@ def test_feed_migration_trigger_equals_the_live_schema(dialect: str) -> None:
     downgrade puts back exactly what 0003 installed."""
     feed = _load_migration(VERSIONS / "0003_feed.py")
     queued = _load_migration(VERSIONS / "0008_feed_queued_by_appends.py")
-    read_side = _load_migration(VERSIONS / "0010_sqlite_feed_read_side.py")
+    read_side = _load_migration(VERSIONS / "0010_fewer_rows_per_append.py")
     assert feed._drop_feed_trigger_ddl(dialect) == drop_feed_trigger_ddl(dialect)
     assert feed_trigger_ddl(dialect) == []
     if dialect == "sqlite":

@@ -1,5 +1,6 @@
-"""SQLite: the feed is numbered by its readers, from the order events were inserted in.
+"""SQLite's feed numbered by its readers; no ``parts`` row for a message's sole text part.
 
+**The feed (SQLite).**
 Since 0003 an ``AFTER UPDATE`` trigger on ``sessions`` numbered each append's range in
 ``feed`` as the head moved: a probe of the tenant's newest position, then a row in
 ``feed`` and one in its session index, two more B-tree pages written on every append
@@ -14,6 +15,13 @@ to now) and drops the trigger. The downgrade first numbers whatever was appended
 the feed was last read, one range per event, then puts the trigger back: no event is
 left out of the feed either way. Postgres only gets the (unused) table.
 
+**Parts (both backends).** From this revision on, a message whose one part is text (most
+chat messages) is appended without a ``parts`` row: it would only repeat the event row
+(index 0, type ``text``, no tool ids, the event's token count less the per-message
+overhead). A prune that truncates such a part writes the row then, stamped. Nothing is
+rewritten on upgrade: rows written before stay and are read as before. The downgrade
+writes the missing rows, since revision 0009's code expects one for every part.
+
 Frozen like every migration: the trigger DDL below is a literal copy of what 0003
 installed.
 
@@ -23,6 +31,8 @@ Create Date: 2026-11-26
 """
 
 from __future__ import annotations
+
+import json
 
 import sqlalchemy as sa
 from alembic import op
@@ -72,7 +82,39 @@ def upgrade() -> None:
         op.execute("DROP TRIGGER IF EXISTS sessions_feed")
 
 
+def _restore_sole_text_rows() -> None:
+    """Write the ``parts`` row of every message appended without one (a message whose one
+    part is text), as revision 0009's code expects every part to have, a page at a time."""
+    bind = op.get_bind()
+    page = sa.text(
+        "SELECT e.session_id, e.seq, e.payload, e.token_count FROM events e "
+        "WHERE e.kind = 'message' AND (e.session_id > :sid OR (e.session_id = :sid "
+        "AND e.seq > :seq)) AND NOT EXISTS (SELECT 1 FROM parts p "
+        "WHERE p.session_id = e.session_id AND p.seq = e.seq) "
+        "ORDER BY e.session_id, e.seq LIMIT 1000"
+    )
+    add = sa.text(
+        "INSERT INTO parts (session_id, seq, idx, type, token_count) "
+        "VALUES (:session_id, :seq, 0, 'text', :tokens)"
+    )
+    after = ("", 0)
+    while True:
+        rows = bind.execute(page, {"sid": after[0], "seq": after[1]}).all()
+        if not rows:
+            return
+        missing = []
+        for session_id, seq, payload, tokens in rows:
+            message_parts = json.loads(payload).get("parts") or []
+            if len(message_parts) == 1 and message_parts[0].get("type") == "text":
+                # The message's count is its part's and the per-message overhead (4).
+                missing.append({"session_id": session_id, "seq": seq, "tokens": tokens - 4})
+        if missing:
+            bind.execute(add, missing)
+        after = (rows[-1][0], rows[-1][1])
+
+
 def downgrade() -> None:
+    _restore_sole_text_rows()
     if op.get_bind().dialect.name == "sqlite":
         op.execute(_NUMBER_THE_REST)
         op.execute(_SQLITE_TRIGGER)
