@@ -30,6 +30,7 @@ from eventstore.schema import (
     metadata,
     trigger_ddl,
 )
+from eventstore.tokens import MESSAGE_OVERHEAD
 
 ROOT = Path(__file__).resolve().parent.parent
 VERSIONS = ROOT / "migrations" / "versions"
@@ -677,6 +678,23 @@ def test_sqlite_feed_numbering_moves_to_readers_and_back(tmp_path: Path) -> None
                 ("t1", 4, 4, 4, 4),
                 ("t2", 1, 1, 1, 1),
             ]
+            # 0009's code reads a row for every part: the downgrade wrote the implied ones.
+            implied = conn.execute(
+                text(
+                    "SELECT e.seq, p.idx, p.type, p.token_count, e.token_count FROM events e "
+                    "JOIN parts p ON p.session_id = e.session_id AND p.seq = e.seq "
+                    "ORDER BY e.session_id = :a DESC, e.seq"
+                ),
+                {"a": a},
+            ).all()
+            assert [(r[0], r[1], r[2]) for r in implied] == [
+                (1, 0, "text"),
+                (2, 0, "text"),
+                (3, 0, "text"),
+                (4, 0, "text"),
+                (1, 0, "text"),
+            ]
+            assert all(r[3] == r[4] - MESSAGE_OVERHEAD > 0 for r in implied)
         upgrade(engine)
         assert check(engine) == []
         assert "sessions_feed" not in _triggers(engine)
