@@ -358,7 +358,8 @@ class _SQLiteTable:
     batch's events, text parts) go through statements that write those NULLs as
     literals: an events row then binds 8 values instead of 12, a text part 4 instead of
     8. Rows keep their order within each of the two kinds; the kind of the first row goes
-    first.
+    first. (Only a batch's first event can carry a key, so its events go in seq order:
+    the feed numbers SQLite's events in the order they were inserted.)
     """
 
     def __init__(self, table: str, cols: tuple[str, ...], nullable: tuple[str, ...]) -> None:

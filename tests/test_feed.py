@@ -258,13 +258,17 @@ def test_every_path_that_moves_a_head_feeds_the_tail(api_store: Any) -> None:
     api_store.append(s.id, [Message.user("keyed")], idempotency_key="k")
     api_store.append(s.id, [Message.user("keyed")], idempotency_key="k")  # a replay: no range
     api_store.append(s.id, [Message.user(f"bulk {i}") for i in range(20)])
+    # A keyed bulk batch: its first row is written apart from the rest (see _bulk).
+    api_store.append(
+        s.id, [Message.user(f"keyed bulk {i}") for i in range(20)], idempotency_key="b"
+    )
     purged = api_store.purge(s.id, through_seq=2)
     assert purged is not None
     items = list(api_store.tail(session_id=s.id))
-    assert [i.stored.seq for i in items] == list(range(1, 25))
-    assert [i.position for i in items] == list(range(1, 25))
+    assert [i.stored.seq for i in items] == list(range(1, 45))
+    assert [i.position for i in items] == list(range(1, 45))
     assert items[-1].stored.event.kind == "purge"
-    assert api_store.feed_position() == 24
+    assert api_store.feed_position() == 44
 
 
 # --------------------------------------------------------------------------- SQLite's numbering
