@@ -34,7 +34,7 @@ import zlib
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from sqlalchemy import func, insert, select, text, tuple_
+from sqlalchemy import and_, func, insert, literal_column, select, text, tuple_
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Connection
 
@@ -100,7 +100,6 @@ _SQLITE_HAS_NEW = text(
 _SQLITE_NEW = text(
     "SELECT rowid, session_id, seq FROM events WHERE rowid > :after ORDER BY rowid LIMIT :n"
 )
-_TENANT_BASE = select(func.coalesce(func.max(feed.c.position_end), 0))
 
 
 def has_pending(conn: Connection, tenant: str) -> bool:
@@ -129,12 +128,16 @@ def sequence(conn: Connection, tenant: str) -> bool:
 
 def _sqlite_after(conn: Connection) -> int:
     """The rowid of the last event numbered (0 before the first)."""
+    c = feed_cursor.c
+    at = events.c.session_id == c.session_id, events.c.seq == c.seq
     mark = conn.execute(
-        select(feed_cursor.c.session_id, feed_cursor.c.seq).where(feed_cursor.c.id == 1)
+        select(c.session_id, c.seq, literal_column("events.rowid"))
+        .select_from(feed_cursor.outerjoin(events, and_(*at)))
+        .where(c.id == 1)
     ).first()
     if mark is None:
         return 0
-    rowid = conn.execute(text(f"SELECT {_SQLITE_CURSOR_ROWID}")).scalar()
+    rowid = mark[2]
     if rowid is None:
         raise SchemaError(
             f"the feed's cursor names event {mark.seq} of session {mark.session_id}, which "
@@ -165,7 +168,7 @@ def _sequence_sqlite(conn: Connection, limit: int) -> bool:
         owner = tenants[session_id]
         base = bases.get(owner)
         if base is None:
-            base = int(conn.execute(_TENANT_BASE.where(feed.c.tenant == owner)).scalar_one())
+            base = last_position(conn, owner)
         bases[owner] = base + last - first + 1
         numbered.append(
             {"tenant": owner, "position_start": base + 1, "position_end": bases[owner],
