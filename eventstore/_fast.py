@@ -21,10 +21,14 @@ cache, and on Postgres by name on each connection, sent through libpq without ps
 ``execute`` (see :func:`_pg_write_prepared`).
 
 Only plain appends take it: a batch with an idempotency key, a prune or an attachment to
-store goes the ordinary way. Either way the rows and hashes are the same; a test holds the
-two paths to that. A lock wait that runs out raises :class:`StorageBusyError` at once
-(the ordinary path would only wait a second time); any other failure drops the
-remembered head and leaves the append to the ordinary path, which maps errors as usual.
+store goes the ordinary way, as does a batch over :data:`MAX_FAST_BATCH` events on
+Postgres (``COPY`` streams it). On SQLite a batch of any size takes it: past
+:data:`~eventstore._bulk.BULK_MIN` events with the ordinary path's multi-row INSERTs,
+without SQLAlchemy's transaction and head read around them. Either way the rows and
+hashes are the same; a test holds the two paths to that. A lock wait that runs out
+raises :class:`StorageBusyError` at once (the ordinary path would only wait a second
+time); any other failure drops the remembered head and leaves the append to the ordinary
+path, which maps errors as usual.
 """
 
 from __future__ import annotations
@@ -49,6 +53,9 @@ from ._bulk import (
     _PG_EVENT_TYPES,
     _PG_PART_TYPES,
     _PT_SQLITE,
+    _SQLITE_EVENTS,
+    _SQLITE_PARTS,
+    BULK_MIN,
     BatchRows,
 )
 from ._engine import busy_error
@@ -161,14 +168,18 @@ class DriverSlot:
             pooled.close()
 
 
-#: Larger batches go the ordinary way: there ``executemany`` pipelines the rows, while one
-#: statement with thousands of parameters costs more to parse than the round trips it saves.
+#: Larger batches go the ordinary way on Postgres: there ``COPY`` streams the rows, while
+#: one statement with thousands of parameters costs more to parse than the round trips it
+#: saves. On SQLite a batch of any size takes the fast path, with the ordinary path's
+#: multi-row INSERTs past :data:`~eventstore._bulk.BULK_MIN` events.
 MAX_FAST_BATCH = 16
 
 
-def eligible(encoded: Sequence[Encoded], idempotency_key: str | None) -> bool:
+def eligible(encoded: Sequence[Encoded], idempotency_key: str | None, sqlite: bool) -> bool:
     """Whether a batch may take the fast path."""
-    if idempotency_key is not None or not encoded or len(encoded) > MAX_FAST_BATCH:
+    if idempotency_key is not None or not encoded:
+        return False
+    if not sqlite and len(encoded) > MAX_FAST_BATCH:
         return False
     return not any(e.blobs or isinstance(e.event, Prune) for e in encoded)
 
@@ -197,6 +208,10 @@ def _sqlite_write(
     cur = db.execute(_SQLITE_HEAD, (seq, new_hash, newest, session_id, tenant, head, head_hash))
     if cur.rowcount != 1:
         return False
+    if len(event_rows) > BULK_MIN:  # the ordinary path's multi-row INSERTs
+        _SQLITE_EVENTS.insert(db, session_id, event_rows)
+        _SQLITE_PARTS.insert(db, session_id, part_rows)
+        return True
     if len(event_rows) == 1:
         db.execute(_EV_SQLITE, event_rows[0])
     else:
@@ -405,12 +420,12 @@ def try_fast(
     the new head seq and hash; or ``None`` when the batch or the remembered head does not
     allow it (the caller takes the ordinary path then)."""
     cached = store._heads.get(session_id)
-    if cached is None or not eligible(encoded, idempotency_key):
+    pg = store.dialect == "postgresql"
+    if cached is None or not eligible(encoded, idempotency_key, not pg):
         return None
     head, head_hash = cached
     if expected_seq is not None and expected_seq != head:
         return None  # the ordinary path reports the conflict with the current head
-    pg = store.dialect == "postgresql"
     rows = BatchRows(session_id, head, head_hash, encoded, None, None, utcnow())
     event_rows, part_rows = rows.collect(sqlite=not pg)
     seq, new_hash = rows.seq, rows.head_hash

@@ -99,6 +99,38 @@ def test_fast_and_ordinary_paths_write_the_same_rows(
         assert store.verify(fast_sid).ok and store.verify(slow_sid).ok
 
 
+def test_large_batches_take_the_fast_path_on_sqlite_only(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch over ``BULK_MIN`` events appended to a session whose head the store knows
+    goes through the fast path on SQLite (the guarded head move and the bulk INSERTs on
+    the driver connection), and the ordinary way (``COPY``) on Postgres; either way the
+    rows are those of the ordinary path, and a stale head still falls back."""
+    sqlite = db_url.startswith("sqlite")
+    tenant = f"t-{uuid.uuid4().hex}"
+    with EventStore(db_url, tenant=tenant, upgrade=True) as store:
+        fast_sid, slow_sid = str(uuid.uuid4()), str(uuid.uuid4())
+        store.create_session(session_id=fast_sid)
+        store.create_session(session_id=slow_sid)
+        batches = [[m for i in range(k, k + 35) for m in _batch(i % 60)] for k in (0, 35, 70)]
+        ordinary = _counted(monkeypatch, _sql, "append")
+        for batch in batches:
+            store.append(fast_sid, batch)
+        assert ordinary == [1 if sqlite else 3]
+        for batch in batches:
+            store._heads.drop(slow_sid)
+            store.append(slow_sid, batch)
+        assert ordinary == [4 if sqlite else 6]
+        assert _rows(store, fast_sid) == _rows(store, slow_sid)
+        assert store.verify(fast_sid).ok
+        with EventStore(db_url, tenant=tenant) as other:
+            other.append(fast_sid, [Message.user("behind its back")])
+        assert ordinary == [5 if sqlite else 7]  # the other store's first append
+        assert store.append(fast_sid, batches[0]) == list(range(212, 282))
+        assert ordinary == [6 if sqlite else 8]  # the stale head: the ordinary path
+        assert store.verify(fast_sid).ok
+
+
 def test_a_stale_head_falls_back_and_conflicts_stay_typed(db_url: str) -> None:
     tenant = f"t-{uuid.uuid4().hex}"
     with (
