@@ -40,8 +40,15 @@ def encode_one(
 ) -> Encoded:
     """``events[i]`` validated, checked and encoded, or :class:`InvalidEventError` /
     :class:`PayloadTooLargeError` naming it."""
+    # A message with no free-form field set is checked after it is encoded, and only if
+    # the payload is not proven (see Encoded.proven): a proven payload holds nothing but
+    # text and the four plain part classes, where check_event looks at nothing. Its
+    # refusal still comes first whenever it has one (check_event has no side effects).
+    late = False
     if type(evt) is Message:
         checked = False
+        fields = evt.__dict__
+        late = fields.get("provider_metadata") is None and fields.get("extra") is None
     elif isinstance(evt, dict):
         try:
             evt = EVENT_ADAPTER.validate_python(evt)
@@ -52,19 +59,16 @@ def encode_one(
         raise InvalidEventError(f"events[{i}]: not an event ({type(evt).__name__})")
     else:
         checked = False
-    check_event(evt, f"events[{i}].")
+    if not late:
+        check_event(evt, f"events[{i}].")
     try:
         enc = encode(evt, counter, blob_threshold)
-    except InvalidEventError as exc:
-        raise InvalidEventError(f"events[{i}]: {exc}") from None
-    except (
-        PydanticSerializationError,
-        ValueError,
-        TypeError,
-        AttributeError,  # a part list mutated to hold something that is not a part
-        RecursionError,
-    ) as exc:
-        raise InvalidEventError(f"events[{i}]: cannot be serialized ({exc})") from None
+    except Exception as exc:
+        if late:
+            check_event(evt, f"events[{i}].")
+        raise _refused(exc, i) from None
+    if late and not enc.proven:
+        check_event(evt, f"events[{i}].")
     size = enc.size + (sum(len(b) for b in enc.blobs.values()) if enc.blobs else 0)
     if size > max_event_bytes:
         raise PayloadTooLargeError(size, max_event_bytes, i)
@@ -95,6 +99,24 @@ def encode_one(
             raise InvalidEventError(f"events[{i}].id: must be 1-36 characters")
         check_text(f"events[{i}].id", evt.id)
     return enc
+
+
+def _refused(exc: Exception, i: int) -> Exception:
+    """What an append raises for ``events[i]`` when encoding it raised ``exc``."""
+    if isinstance(exc, InvalidEventError):
+        return InvalidEventError(f"events[{i}]: {exc}")
+    if isinstance(
+        exc,
+        (
+            PydanticSerializationError,
+            ValueError,
+            TypeError,
+            AttributeError,  # a part list mutated to hold something that is not a part
+            RecursionError,
+        ),
+    ):
+        return InvalidEventError(f"events[{i}]: cannot be serialized ({exc})")
+    return exc
 
 
 def encode_all(

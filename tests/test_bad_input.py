@@ -20,6 +20,7 @@ from eventstore import (
     NotFoundError,
     PartRef,
     PayloadTooLargeError,
+    ProviderPart,
     Prune,
     ReasoningPart,
     TextPart,
@@ -288,6 +289,28 @@ def test_mutated_model_is_validated_before_storing(store: EventStore) -> None:
         store.append(s.id, Message.user("x"))  # type: ignore[arg-type]
     assert store.head(s.id) == 0
     assert list(store.read(s.id)) == []
+
+
+def test_a_message_models_free_form_data_is_checked_whichever_part_holds_it(
+    store: EventStore,
+) -> None:
+    """A message model is checked after it is encoded when none of its own free-form
+    fields is set; the check still names the field, as when it runs first, for data the
+    encoder would refuse in its own words (a NaN) and for data it would store (a
+    surrogate in a key)."""
+    s = store.create_session()
+    nan = Message(role="user", parts=[TextPart(text="a"), ProviderPart(provider="p", item={})])
+    nan.parts[1].item["x"] = float("nan")  # type: ignore[union-attr]
+    with pytest.raises(InvalidEventError, match=r"^events\[0\]\.parts\[1\]\.item: "):
+        store.append(s.id, [nan])
+    key = Message(role="user", parts=[ProviderPart(provider="p", item={"k\ud800": 1})])
+    with pytest.raises(InvalidEventError, match=r"^events\[1\]\.parts\[0\]\.item: the key"):
+        store.append(s.id, [Message.user("ok"), key])
+    meta = Message.user("x")
+    meta.provider_metadata = {"deep": float("inf")}
+    with pytest.raises(InvalidEventError, match=r"^events\[0\]\.provider_metadata: "):
+        store.append(s.id, [meta])
+    assert store.head(s.id) == 0
 
 
 @pytest.mark.parametrize("value", ["a\x00b", decode_tool_output(b"a\xffb")], ids=["nul", "surr"])
