@@ -40,6 +40,7 @@ import threading
 import weakref
 from collections.abc import Sequence
 from datetime import datetime
+from operator import attrgetter
 from typing import Any
 
 from sqlalchemy.exc import DBAPIError
@@ -60,7 +61,7 @@ from ._bulk import (
 )
 from ._engine import busy_error
 from .codec import Encoded
-from .events import Prune, utcnow
+from .events import utcnow
 
 __all__ = ["eligible", "close_driver_slot", "DriverSlot", "HeadCache", "try_fast"]
 
@@ -181,7 +182,13 @@ def eligible(encoded: Sequence[Encoded], idempotency_key: str | None, sqlite: bo
         return False
     if not sqlite and len(encoded) > MAX_FAST_BATCH:
         return False
-    return not any(e.blobs or isinstance(e.event, Prune) for e in encoded)
+    # Both in C loops: a 1,000-event batch is scanned in a few microseconds. (A prune's
+    # kind is "prune" whatever its class, as an Encoded's kind is its event's.)
+    return "prune" not in map(_KIND, encoded) and not any(map(_BLOBS, encoded))
+
+
+_KIND = attrgetter("kind")
+_BLOBS = attrgetter("blobs")
 
 
 _SQLITE_HEAD = (
