@@ -9,8 +9,8 @@ import pytest
 from sqlalchemy import text
 
 from eventstore import EventStore, Message, Prune, TextPart, ToolCallPart
-from eventstore.codec import sole_text
-from eventstore.tokens import MESSAGE_OVERHEAD
+from eventstore.codec import encode, sole_text
+from eventstore.tokens import MESSAGE_OVERHEAD, HeuristicTokenCounter, count_part
 
 
 def _parts(store: EventStore, sid: str) -> list[tuple[Any, ...]]:
@@ -43,6 +43,25 @@ def test_sole_text_is_what_the_rule_says() -> None:
     assert not sole_text(Message(role="user", parts=[TextPart(text="a"), TextPart(text="b")]))
     assert not sole_text(Message.tool("c1", "out"))
     assert not sole_text(Message.assistant("", tool_calls=[ToolCallPart(id="c", name="f")]))
+
+
+class _OwnText(TextPart):
+    """A text part of a class of its own (encoded the general way)."""
+
+
+def test_a_messages_count_is_its_parts_counts_whatever_rows_it_gets() -> None:
+    counter = HeuristicTokenCounter(chars_per_token=3.0)
+    for msg in [
+        *_conversation(7),
+        Message(role="user", parts=[_OwnText(text="own " * 9)]),
+        Message(role="user", parts=[TextPart(text="")]),
+    ]:
+        enc = encode(msg, counter)
+        assert enc.token_count == MESSAGE_OVERHEAD + sum(count_part(counter, p) for p in msg.parts)
+        assert (enc.part_rows == []) == sole_text(msg)
+        assert [r["token_count"] for r in enc.part_rows] == (
+            [] if sole_text(msg) else [count_part(counter, p) for p in msg.parts]
+        )
 
 
 @pytest.mark.parametrize("path", ["ordinary", "fast", "bulk"])
