@@ -194,3 +194,28 @@ def check_event(evt: Event, prefix: str = "") -> None:
         value = getattr(evt, name, None)
         if value is not None and not isinstance(value, (str, int, bool)):
             check_json_value(f"{prefix}{name}", value)
+
+
+#: The kind each event class declares, by class (filled as classes are met).
+_DECLARED_KINDS: dict[type, Any] = {}
+
+
+def check_kind(evt: Event, prefix: str = "") -> None:
+    """Refuse an event whose ``kind`` was assigned something other than what its class
+    declares. Models do not validate on assignment, and the stored kind picks the model
+    a read validates the payload with: a message stored under another kind could never be
+    read again. (An object that is not an event model is left to the encoder.)"""
+    cls = type(evt)
+    want = _DECLARED_KINDS.get(cls, _DECLARED_KINDS)
+    if want is _DECLARED_KINDS:
+        fields = getattr(cls, "model_fields", None)
+        field = fields.get("kind") if isinstance(fields, dict) else None
+        want = _DECLARED_KINDS[cls] = None if field is None else field.default
+    if want is None:
+        return
+    kind = evt.__dict__.get("kind")
+    if type(kind) is not str or kind != want:
+        raise InvalidEventError(
+            f"{prefix}kind: {kind!r} is not the kind of a {cls.__name__}, which is {want!r} "
+            "(an event's kind is set by its class)"
+        )

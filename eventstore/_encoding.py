@@ -12,7 +12,7 @@ from pydantic import BaseModel, ValidationError
 from pydantic_core import PydanticSerializationError
 
 from ._bulk import BULK_MIN
-from ._checks import check_event
+from ._checks import check_event, check_kind
 from ._checks import describe_error as _describe
 from .codec import Encoded, check_text, encode, format_ts, read_back
 from .errors import InvalidEventError, PayloadTooLargeError
@@ -59,7 +59,11 @@ def encode_one(
         raise InvalidEventError(f"events[{i}]: not an event ({type(evt).__name__})")
     else:
         checked = False
-    if not late:
+    if late:
+        if fields.get("kind") != "message":  # check_kind's test, inline for messages
+            check_kind(evt, f"events[{i}].")
+    else:
+        check_kind(evt, f"events[{i}].")
         check_event(evt, f"events[{i}].")
     try:
         enc = encode(evt, counter, blob_threshold)

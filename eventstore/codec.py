@@ -543,6 +543,7 @@ def encode(evt: Event, counter: TokenCounter, blob_threshold: int | None = None)
                     stored, blobs = _strip_blobs(evt, blob_threshold)
                     break
         payload, size, proven = _payload_proven(stored)
+        rows: list[dict[str, Any]]
         if len(parts) == 1 and type(parts[0]) is TextPart:
             # A sole text part (most messages): its row is implied (see sole_text), so
             # only its count is made.

@@ -266,6 +266,17 @@ def test_mutated_model_is_validated_before_storing(store: EventStore) -> None:
     naive.created_at = datetime(2024, 1, 1)  # no timezone
     with pytest.raises(InvalidEventError, match=r"created_at"):
         store.append(s.id, [naive])
+    for kind in ("custom", "bogus", 5):
+        # Stored under another kind, the payload would be read with the wrong model (or
+        # none): the session could never be read again.
+        other_kind = Message.user("x")
+        other_kind.kind = kind  # type: ignore[assignment]
+        with pytest.raises(InvalidEventError, match=r"events\[1\]\.kind: .* is not the kind of"):
+            store.append(s.id, [Message.user("ok"), other_kind])
+    custom = Custom(name="c", data={})
+    custom.kind = "message"  # type: ignore[assignment]
+    with pytest.raises(InvalidEventError, match=r"events\[0\]\.kind: 'message' is not"):
+        store.append(s.id, [custom])
     long_id = Message.user("x")
     long_id.id = "x" * 37
     with pytest.raises(InvalidEventError, match=r"events\[0\]\.id"):
