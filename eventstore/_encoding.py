@@ -14,7 +14,7 @@ from pydantic_core import PydanticSerializationError
 from ._bulk import BULK_MIN
 from ._checks import check_event, check_kind
 from ._checks import describe_error as _describe
-from .codec import Encoded, check_text, encode, format_ts, read_back
+from .codec import Encoded, check_text, encode, encode_plain, format_ts, read_back
 from .errors import InvalidEventError, PayloadTooLargeError
 from .events import EVENT_ADAPTER, Event, Message
 from .tokens import TokenCounter
@@ -46,6 +46,9 @@ def encode_one(
     # refusal still comes first whenever it has one (check_event has no side effects).
     late = False
     if type(evt) is Message:
+        plain = encode_plain(evt, counter)
+        if plain is not None:  # nothing of its own to check but its size and count
+            return _within_limits(plain, i, max_event_bytes)
         checked = False
         fields = evt.__dict__
         late = fields.get("provider_metadata") is None and fields.get("extra") is None
@@ -73,13 +76,7 @@ def encode_one(
         raise _refused(exc, i) from None
     if late and not enc.proven:
         check_event(evt, f"events[{i}].")
-    size = enc.size + (sum(len(b) for b in enc.blobs.values()) if enc.blobs else 0)
-    if size > max_event_bytes:
-        raise PayloadTooLargeError(size, max_event_bytes, i)
-    if enc.token_count > MAX_COUNT:
-        raise InvalidEventError(
-            f"events[{i}]: {enc.token_count} tokens is over the limit of {MAX_COUNT}"
-        )
+    _within_limits(enc, i, max_event_bytes)
     if not checked and not enc.proven:
         # Models are mutable and unvalidated on assignment: make sure what is about
         # to be stored reads back, or a single bad event would make the log unreadable.
@@ -102,6 +99,19 @@ def encode_one(
         if not 1 <= len(evt.id) <= 36:
             raise InvalidEventError(f"events[{i}].id: must be 1-36 characters")
         check_text(f"events[{i}].id", evt.id)
+    return enc
+
+
+def _within_limits(enc: Encoded, i: int, max_event_bytes: int) -> Encoded:
+    """``enc``, or :class:`PayloadTooLargeError` / :class:`InvalidEventError` when
+    ``events[i]`` is over the store's size limit or the token count a column holds."""
+    size = enc.size + (sum(len(b) for b in enc.blobs.values()) if enc.blobs else 0)
+    if size > max_event_bytes:
+        raise PayloadTooLargeError(size, max_event_bytes, i)
+    if enc.token_count > MAX_COUNT:
+        raise InvalidEventError(
+            f"events[{i}]: {enc.token_count} tokens is over the limit of {MAX_COUNT}"
+        )
     return enc
 
 

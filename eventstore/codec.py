@@ -57,6 +57,7 @@ __all__ = [
     "column_text",
     "storable_text_error",
     "encode_event",
+    "encode_plain",
     "sole_text",
     "implied_part_tokens",
     "decode_event",
@@ -562,6 +563,50 @@ def encode(evt: Event, counter: TokenCounter, blob_threshold: int | None = None)
     else:
         total = 0
     return Encoded(evt, evt.kind, payload, size, total, [], blobs)
+
+
+#: Attachments moved out of a payload: none (shared by every encoding without any; never
+#: written to).
+_NO_BLOBS: dict[str, bytes] = {}
+
+
+def encode_plain(evt: Message, counter: TokenCounter) -> Encoded | None:
+    """:func:`encode` of the common message in one call, or None for any other (the
+    caller then takes :func:`encode` and its checks).
+
+    The common message: of the class :class:`Message` itself, of kind ``message``, with no
+    id, time, provider metadata or extra of its own, and a payload proven to read back
+    (see :attr:`Encoded.proven`: every field of exactly its type, only the four plain part
+    classes). Nothing else an append checks applies to it but its size and token count.
+    The result is :func:`encode`'s, field for field (a test holds the two equal)."""
+    fields = evt.__dict__
+    if (
+        not _PLAIN_PROVEN
+        or fields.get("kind") != "message"
+        or fields.get("id") is not None
+        or fields.get("created_at") is not None
+        or fields.get("provider_metadata") is not None
+        or fields.get("extra") is not None
+    ):
+        return None
+    data = _message_plain(evt)
+    if data is None:
+        return None
+    try:
+        raw = _plain_json(data)
+    except _PLAIN_JSON_REFUSED:
+        return None  # a lone surrogate: encode escapes it
+    parts = fields["parts"]
+    rows: list[dict[str, Any]]
+    if len(parts) == 1 and type(parts[0]) is TextPart:
+        total, rows = MESSAGE_OVERHEAD + counter.count(parts[0].text), []
+    else:
+        total, rows = _message_parts(parts, counter)
+    return Encoded(evt, "message", raw.decode("utf-8"), len(raw), total, rows, _NO_BLOBS, True)
+
+
+#: Whether a payload :func:`~eventstore._plain._message_plain` builds is proven to read back.
+_PLAIN_PROVEN = _MESSAGE_FIELDS_KNOWN and _READ_BACK_PROVEN
 
 
 def _message_parts(parts: list[Part], counter: TokenCounter) -> tuple[int, list[dict[str, Any]]]:

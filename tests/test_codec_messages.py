@@ -42,6 +42,7 @@ from eventstore.events import (
     ToolResultPart,
 )
 from eventstore.importers import load_transcripts
+from eventstore.tokens import HeuristicTokenCounter
 
 # Every test here runs with each writer of plain data (orjson, pydantic_core.to_json).
 pytestmark = pytest.mark.usefixtures("plain_encoder")
@@ -219,6 +220,60 @@ def test_well_formed_messages_take_the_fast_path_and_match_json_dumps(msg: Messa
     text, _ = _assert_same(msg)
     dump = EVENT_ADAPTER.dump_python(msg, mode="json", exclude_none=True, exclude=_COLUMNS)
     assert text == _canonical_dumps(dump)
+
+
+def _encodings_equal(got: codec.Encoded, want: codec.Encoded) -> None:
+    assert got.event is want.event and got.kind == want.kind
+    assert (got.payload, got.size, got.token_count) == (want.payload, want.size, want.token_count)
+    assert (got.part_rows, got.blobs, got.proven) == (want.part_rows, want.blobs, want.proven)
+
+
+@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(messages)
+def test_the_common_message_is_encoded_in_one_call_as_encode_encodes_it(msg: Message) -> None:
+    """``encode_plain`` takes exactly the messages with nothing of their own to check (no
+    id, time, provider metadata or extra) whose payload is proven, and gives what
+    ``encode`` gives for them; it declines every other message."""
+    counter = HeuristicTokenCounter(chars_per_token=3.0)
+    got = codec.encode_plain(msg, counter)
+    try:
+        want = codec.encode(msg, counter)
+    except (InvalidEventError, ValueError, TypeError):
+        assert got is None  # refused by the general path (NaN, surrogates...)
+        return
+    common = (
+        msg.id is None
+        and msg.created_at is None
+        and msg.provider_metadata is None
+        and msg.extra is None
+    )
+    if not (common and want.proven):
+        assert got is None
+        return
+    assert got is not None
+    _encodings_equal(got, want)
+
+
+def test_encode_plain_declines_what_it_cannot_vouch_for() -> None:
+    counter = HeuristicTokenCounter()
+    msg = Message.user("hi")
+    got = codec.encode_plain(msg, counter)
+    assert got is not None
+    _encodings_equal(got, codec.encode(msg, counter))
+    for field, value in [
+        *_bad_values(),
+        ("kind", "custom"),
+        ("id", "own-id"),
+        ("created_at", datetime(2026, 1, 1, tzinfo=UTC)),
+        ("provider_metadata", {"plain": "data"}),
+        ("extra", {"plain": "data"}),
+        ("parts", [TextPart(text="lone \udc80 surrogate")]),
+    ]:
+        other = Message.user("hi")
+        setattr(other, field, value)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            assert codec.encode_plain(other, counter) is None, field
 
 
 def _bad_values() -> list[tuple[str, Any]]:
