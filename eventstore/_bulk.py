@@ -20,7 +20,7 @@ from ._engine import driver_error
 from .codec import Encoded, chain_hash_ts, format_ts, new_ids
 from .events import Message, Prune
 
-__all__ = ["bulk_insert", "BULK_MIN", "BatchRows", "build_rows"]
+__all__ = ["bulk_insert", "BULK_MIN", "BatchRows", "build_rows", "time_texts"]
 
 #: Batches of more events than this go through :func:`bulk_insert` on the ordinary path.
 BULK_MIN = 16
@@ -161,7 +161,7 @@ class BatchRows:
         evt, session_id, seq = enc.event, self.session_id, self.seq + 1
         event_id = evt.id or new_ids(1)[0]
         created = evt.created_at or self.now
-        ts, stamp = _time_texts(created, sqlite)
+        ts, stamp = time_texts(created, sqlite)
         kind, payload = enc.kind, enc.payload
         digest = chain_hash_ts(self.head_hash, seq, event_id, kind, ts, payload)
         if type(evt) is not Message:
@@ -207,7 +207,7 @@ class BatchRows:
             created = evt.created_at or now
             got = stamps.get(created)
             if got is None:
-                got = stamps[created] = _time_texts(created, sqlite)
+                got = stamps[created] = time_texts(created, sqlite)
             kind, payload = enc.kind, enc.payload
             # chain_hash_ts, inline: one call less per event.
             h = sha256(f"{prev or ''}\n{seq}\n{event_id}\n{kind}\n{got[0]}\n".encode())
@@ -254,7 +254,7 @@ def build_rows(
     return event_rows, part_rows, rows.prunes, rows.head_hash, rows.seq
 
 
-def _time_texts(created: datetime, sqlite: bool) -> tuple[str, Any]:
+def time_texts(created: datetime, sqlite: bool) -> tuple[str, Any]:
     """An event time's hashed text (:func:`format_ts`) and its column value: on SQLite the
     text SQLAlchemy stores there (:func:`_sqlite_ts`), else the datetime itself."""
     if created.tzinfo is UTC and created.year >= 1000:

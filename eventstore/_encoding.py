@@ -5,21 +5,41 @@ the database."""
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Iterator, Sequence
+from datetime import datetime
 from typing import Any, overload
 
 from pydantic import BaseModel, ValidationError
 from pydantic_core import PydanticSerializationError
 
-from ._bulk import BULK_MIN
+from ._bulk import BULK_MIN, time_texts
 from ._checks import check_event, check_kind
 from ._checks import describe_error as _describe
-from .codec import Encoded, check_text, encode, encode_plain, format_ts, read_back
+from .codec import (
+    Encoded,
+    check_text,
+    encode,
+    encode_plain,
+    format_ts,
+    new_ids,
+    plain_parts,
+    plain_payload,
+    read_back,
+)
 from .errors import InvalidEventError, PayloadTooLargeError
 from .events import EVENT_ADAPTER, Event, Message
 from .tokens import TokenCounter
 
-__all__ = ["MAX_COUNT", "check_batch", "encode_one", "encode_all", "encode_for_append", "Encoding"]
+__all__ = [
+    "MAX_COUNT",
+    "check_batch",
+    "encode_one",
+    "encode_all",
+    "encode_for_append",
+    "plain_rows",
+    "Encoding",
+]
 
 MAX_COUNT = 2**31 - 1  # token counts and seqs are 32-bit columns
 
@@ -103,16 +123,72 @@ def encode_one(
 
 
 def _within_limits(enc: Encoded, i: int, max_event_bytes: int) -> Encoded:
-    """``enc``, or :class:`PayloadTooLargeError` / :class:`InvalidEventError` when
-    ``events[i]`` is over the store's size limit or the token count a column holds."""
+    """``enc``, or what :func:`_check_limits` raises for it."""
     size = enc.size + (sum(len(b) for b in enc.blobs.values()) if enc.blobs else 0)
+    _check_limits(size, enc.token_count, i, max_event_bytes)
+    return enc
+
+
+def _check_limits(size: int, tokens: int, i: int, max_event_bytes: int) -> None:
+    """:class:`PayloadTooLargeError` / :class:`InvalidEventError` when ``events[i]`` is
+    over the store's size limit or the token count a column holds."""
     if size > max_event_bytes:
         raise PayloadTooLargeError(size, max_event_bytes, i)
-    if enc.token_count > MAX_COUNT:
-        raise InvalidEventError(
-            f"events[{i}]: {enc.token_count} tokens is over the limit of {MAX_COUNT}"
-        )
-    return enc
+    if tokens > MAX_COUNT:
+        raise InvalidEventError(f"events[{i}]: {tokens} tokens is over the limit of {MAX_COUNT}")
+
+
+def plain_rows(
+    evts: Sequence[Any],
+    counter: TokenCounter,
+    max_event_bytes: int,
+    session_id: str,
+    head: int,
+    head_hash: str | None,
+    now: datetime,
+) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]], str | None] | None:
+    """The SQLite rows of a batch of common messages appended after ``head`` (see
+    :func:`~eventstore.codec.encode_plain`), made in one pass: the ``events`` rows, the
+    ``parts`` rows and the new head hash, as :func:`encode_all` and then
+    :meth:`~eventstore._bulk.BatchRows.collect` make them (a test holds the two equal);
+    or None when an event is not a common message (then the caller takes that way).
+
+    Raises what :func:`encode_all` raises for an event over the size or token limit.
+    """
+    if not all(type(evt) is Message for evt in evts):  # a cheap look first
+        return None
+    ids = new_ids(len(evts))
+    ids.reverse()
+    ts, stamp = time_texts(now, sqlite=True)
+    event_rows: list[tuple[Any, ...]] = []
+    part_rows: list[tuple[Any, ...]] = []
+    add_event, add_part = event_rows.append, part_rows.append
+    sha256 = hashlib.sha256
+    prev, seq = head_hash, head
+    for i, evt in enumerate(evts):
+        raw = plain_payload(evt)
+        if raw is None:
+            return None
+        tokens, rows = plain_parts(evt.__dict__["parts"], counter)
+        size = len(raw)
+        if size > max_event_bytes or tokens > MAX_COUNT:
+            _check_limits(size, tokens, i, max_event_bytes)
+        seq += 1
+        event_id = ids.pop()
+        # BatchRows.stream's hash, over the payload's bytes as they were written.
+        h = sha256(f"{prev or ''}\n{seq}\n{event_id}\nmessage\n{ts}\n".encode())
+        h.update(raw)
+        prev = h.hexdigest()
+        for r in rows:
+            add_part(
+                (session_id, seq, r["idx"], r["type"], r["tool_call_id"], r["tool_name"],
+                 r["state"], r["token_count"])
+            )  # fmt: skip
+        add_event(
+            (session_id, seq, event_id, "message", stamp, raw.decode("utf-8"), tokens, size,
+             None, None, None, prev)
+        )  # fmt: skip
+    return event_rows, part_rows, prev
 
 
 def _refused(exc: Exception, i: int) -> Exception:

@@ -24,11 +24,12 @@ Only plain appends take it: a batch with an idempotency key, a prune or an attac
 store goes the ordinary way, as does a batch over :data:`MAX_FAST_BATCH` events on
 Postgres (``COPY`` streams it). On SQLite a batch of any size takes it: past
 :data:`~eventstore._bulk.BULK_MIN` events with the ordinary path's multi-row INSERTs,
-without SQLAlchemy's transaction and head read around them. Either way the rows and
-hashes are the same; a test holds the two paths to that. A lock wait that runs out
-raises :class:`StorageBusyError` at once (the ordinary path would only wait a second
-time); any other failure drops the remembered head and leaves the append to the ordinary
-path, which maps errors as usual.
+without SQLAlchemy's transaction and head read around them; a SQLite batch of common
+messages (see :func:`~eventstore.codec.encode_plain`) has its rows made in one pass from
+the events (:func:`try_plain_batch`). Either way the rows and hashes are the same; tests
+hold the paths to that. A lock wait that runs out raises :class:`StorageBusyError` at
+once (the ordinary path would only wait a second time); any other failure drops the
+remembered head and leaves the append to the ordinary path, which maps errors as usual.
 """
 
 from __future__ import annotations
@@ -59,11 +60,20 @@ from ._bulk import (
     BULK_MIN,
     BatchRows,
 )
+from ._encoding import encode_for_append, plain_rows
 from ._engine import busy_error
 from .codec import Encoded
 from .events import utcnow
 
-__all__ = ["eligible", "close_driver_slot", "DriverSlot", "HeadCache", "try_fast"]
+__all__ = [
+    "eligible",
+    "close_driver_slot",
+    "DriverSlot",
+    "HeadCache",
+    "fast_append",
+    "try_fast",
+    "try_plain_batch",
+]
 
 
 class HeadCache:
@@ -416,6 +426,23 @@ def _pg_write_prepared(db: Any, *args: Any) -> bool:
     return res.get_value(0, 0) not in (None, b"0")
 
 
+def fast_append(
+    store: Any,
+    session_id: str,
+    events: Sequence[Any],
+    expected_seq: int | None,
+    idempotency_key: str | None,
+) -> tuple[tuple[list[int], int, str | None] | None, Sequence[Encoded]]:
+    """An append through a fast path where one takes it (:func:`try_plain_batch`, else the
+    batch encoded and :func:`try_fast`): its seqs, new head seq and hash, or ``None``;
+    and the encoded batch the ordinary path then writes (empty when a fast path took it)."""
+    plain = try_plain_batch(store, session_id, events, expected_seq, idempotency_key)
+    if plain is not None:
+        return plain, ()
+    encoded = encode_for_append(store, events, idempotency_key)
+    return try_fast(store, session_id, encoded, expected_seq, idempotency_key), encoded
+
+
 def try_fast(
     store: Any,
     session_id: str,
@@ -426,20 +453,75 @@ def try_fast(
     """The fast path for ``store`` (an :class:`~eventstore.EventStore`): the seqs written,
     the new head seq and hash; or ``None`` when the batch or the remembered head does not
     allow it (the caller takes the ordinary path then)."""
-    cached = store._heads.get(session_id)
     pg = store.dialect == "postgresql"
-    if cached is None or not eligible(encoded, idempotency_key, not pg):
+    known = _known_head(store, session_id, expected_seq)
+    if known is None or not eligible(encoded, idempotency_key, not pg):
         return None
-    head, head_hash = cached
-    if expected_seq is not None and expected_seq != head:
-        return None  # the ordinary path reports the conflict with the current head
+    head, head_hash = known
     rows = BatchRows(session_id, head, head_hash, encoded, None, None, utcnow())
     event_rows, part_rows = rows.collect(sqlite=not pg)
-    seq, new_hash = rows.seq, rows.head_hash
+    return _write(store, session_id, head, head_hash, rows.head_hash, event_rows, part_rows)
+
+
+def try_plain_batch(
+    store: Any,
+    session_id: str,
+    events: Sequence[Any],
+    expected_seq: int | None,
+    idempotency_key: str | None,
+) -> tuple[list[int], int, str | None] | None:
+    """:func:`try_fast` for a SQLite batch over :data:`~eventstore._bulk.BULK_MIN` events
+    that are all common messages (see :func:`~eventstore.codec.encode_plain`), its rows
+    made in one pass from the events (:func:`~eventstore._encoding.plain_rows`) instead of
+    encoded first and made after; ``None`` for any other batch, or when the remembered
+    head does not allow it."""
+    if (
+        store.dialect != "sqlite"
+        or idempotency_key is not None
+        or type(events) is not list
+        or len(events) <= BULK_MIN
+    ):
+        return None
+    known = _known_head(store, session_id, expected_seq)
+    if known is None:
+        return None
+    head, head_hash = known
+    made = plain_rows(
+        events, store.token_counter, store.max_event_bytes, session_id, head, head_hash, utcnow()
+    )
+    if made is None:
+        return None
+    event_rows, part_rows, new_hash = made
+    return _write(store, session_id, head, head_hash, new_hash, event_rows, part_rows)
+
+
+def _known_head(
+    store: Any, session_id: str, expected_seq: int | None
+) -> tuple[int, str | None] | None:
+    """The head the store's own appends left the session at, unless there is none or the
+    caller expects another (then the ordinary path reports the conflict)."""
+    cached = store._heads.get(session_id)
+    if cached is None or (expected_seq is not None and expected_seq != cached[0]):
+        return None
+    return cached
+
+
+def _write(
+    store: Any,
+    session_id: str,
+    head: int,
+    head_hash: str | None,
+    new_hash: str | None,
+    event_rows: list[tuple[Any, ...]],
+    part_rows: list[tuple[Any, ...]],
+) -> tuple[list[int], int, str | None] | None:
+    """Write a fast append's rows after ``head``: the seqs written, the new head seq and
+    hash; or ``None`` when the ordinary path is to take it after all."""
+    seq = head + len(event_rows)
     args = (store.tenant, session_id, head, head_hash, seq, new_hash, event_rows, part_rows)
     store._open_schema()
     try:
-        if pg:
+        if store.dialect == "postgresql":
             applied = _pg_append(store, args)
         else:
             applied = _sqlite_append(store, args)

@@ -579,6 +579,16 @@ def encode_plain(evt: Message, counter: TokenCounter) -> Encoded | None:
     (see :attr:`Encoded.proven`: every field of exactly its type, only the four plain part
     classes). Nothing else an append checks applies to it but its size and token count.
     The result is :func:`encode`'s, field for field (a test holds the two equal)."""
+    raw = plain_payload(evt)
+    if raw is None:
+        return None
+    total, rows = plain_parts(evt.__dict__["parts"], counter)
+    return Encoded(evt, "message", raw.decode("utf-8"), len(raw), total, rows, _NO_BLOBS, True)
+
+
+def plain_payload(evt: Message) -> bytes | None:
+    """The payload of the common message (see :func:`encode_plain`) as UTF-8 bytes, or
+    None for any other message."""
     fields = evt.__dict__
     if (
         not _PLAIN_PROVEN
@@ -593,16 +603,17 @@ def encode_plain(evt: Message, counter: TokenCounter) -> Encoded | None:
     if data is None:
         return None
     try:
-        raw = _plain_json(data)
+        return _plain_json(data)
     except _PLAIN_JSON_REFUSED:
         return None  # a lone surrogate: encode escapes it
-    parts = fields["parts"]
-    rows: list[dict[str, Any]]
+
+
+def plain_parts(parts: list[Part], counter: TokenCounter) -> tuple[int, list[dict[str, Any]]]:
+    """The token count and ``parts`` rows of a common message's parts (see
+    :func:`encode_plain`): none for a sole text part, whose row is implied."""
     if len(parts) == 1 and type(parts[0]) is TextPart:
-        total, rows = MESSAGE_OVERHEAD + counter.count(parts[0].text), []
-    else:
-        total, rows = _message_parts(parts, counter)
-    return Encoded(evt, "message", raw.decode("utf-8"), len(raw), total, rows, _NO_BLOBS, True)
+        return MESSAGE_OVERHEAD + counter.count(parts[0].text), []
+    return _message_parts(parts, counter)
 
 
 #: Whether a payload :func:`~eventstore._plain._message_plain` builds is proven to read back.

@@ -32,7 +32,7 @@ from sqlalchemy.exc import DBAPIError
 
 from . import _blobs, _purge, _sql
 from ._checks import check_int as _check_int
-from ._encoding import MAX_COUNT, encode_all, encode_for_append
+from ._encoding import MAX_COUNT, encode_all
 from ._engine import (
     DEFAULT_LOCK_TIMEOUT_MS,
     DEFAULT_URL,
@@ -45,7 +45,7 @@ from ._engine import (
     map_db_error,
     resolve_url,
 )
-from ._fast import HeadCache, close_driver_slot, try_fast
+from ._fast import HeadCache, close_driver_slot, fast_append
 from ._feed import FeedMethods, afollow
 from ._purge import PurgeMethods
 from ._replica import DEFAULT_READ_WAIT_MS, ReplicaMethods
@@ -423,8 +423,8 @@ class EventStore(
                 first one and writes nothing.
         """
         _check_int("expected_seq", expected_seq)
-        encoded = encode_for_append(self, events, idempotency_key)
-        if (fast := try_fast(self, session_id, encoded, expected_seq, idempotency_key)) is not None:
+        fast, encoded = fast_append(self, session_id, events, expected_seq, idempotency_key)
+        if fast is not None:
             return fast[0]  # no result model built for the seqs alone
         return self._append(session_id, encoded, expected_seq, idempotency_key).seqs
 
@@ -438,8 +438,8 @@ class EventStore(
     ) -> AppendResult:
         """Like :meth:`append`, returning the new head and whether it was a replay."""
         _check_int("expected_seq", expected_seq)
-        encoded = encode_for_append(self, events, idempotency_key)
-        if (fast := try_fast(self, session_id, encoded, expected_seq, idempotency_key)) is not None:
+        fast, encoded = fast_append(self, session_id, events, expected_seq, idempotency_key)
+        if fast is not None:
             seqs, head_seq, head_hash = fast
             return AppendResult(seqs=seqs, head_seq=head_seq, head_hash=head_hash)
         return self._append(session_id, encoded, expected_seq, idempotency_key)

@@ -25,9 +25,13 @@ from eventstore import (
     StorageError,
     TextPart,
     ToolCallPart,
+    _bulk,
+    _encoding,
+    _fast,
     _sql,
 )
 from eventstore.codec import sole_text
+from eventstore.tokens import HeuristicTokenCounter
 
 _T0 = datetime(2025, 5, 6, 7, 0, 0, 654321, tzinfo=UTC)
 
@@ -129,6 +133,100 @@ def test_large_batches_take_the_fast_path_on_sqlite_only(
         assert store.append(fast_sid, batches[0]) == list(range(212, 282))
         assert ordinary == [6 if sqlite else 8]  # the stale head: the ordinary path
         assert store.verify(fast_sid).ok
+
+
+def _common(i: int) -> list[Message]:
+    """Messages with nothing of their own to check (no id, time, metadata or extra)."""
+    call = ToolCallPart(id=f"c{i}", name="grep", arguments='{"q": "x"}')
+    return [
+        Message.user(f"question {i} " * 20),
+        Message.assistant(f"looking {i}", tool_calls=[call]),
+        Message.tool(f"c{i}", f"result {i} " * 50),
+        Message(role="user", parts=[TextPart(text="one"), TextPart(text="two")]),
+    ]
+
+
+def _counting_ids(monkeypatch: pytest.MonkeyPatch) -> Callable[[], None]:
+    """Make event ids a counter in both row builders; the returned call restarts it."""
+    n = [0]
+
+    def ids(k: int) -> list[str]:
+        n[0] += k
+        return [f"id-{j:06d}" for j in range(n[0] - k, n[0])]
+
+    monkeypatch.setattr(_bulk, "new_ids", ids)
+    monkeypatch.setattr(_encoding, "new_ids", ids)
+    return lambda: n.__setitem__(0, 0)
+
+
+def test_plain_rows_are_the_rows_encoding_then_collecting_makes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    restart = _counting_ids(monkeypatch)
+    counter = HeuristicTokenCounter()
+    events = [m for i in range(30) for m in _common(i)]
+    made = _encoding.plain_rows(events, counter, 10**7, "s", 7, "f" * 64, _T0)
+    assert made is not None
+    restart()
+    rows = _bulk.BatchRows("s", 7, "f" * 64, _encoding.encode_all(events, counter, None, 10**7),
+                           None, None, _T0)  # fmt: skip
+    assert (made[0], made[1]) == rows.collect(sqlite=True)
+    assert made[2] == rows.head_hash
+    # Anything but a common message anywhere: the caller takes the general way.
+    for other in [
+        Message.user("own time").model_copy(update={"created_at": _T0}),
+        Message.user("own id").model_copy(update={"id": "mine"}),
+        Message(role="user", parts=[TextPart(text="m")], provider_metadata={"k": "v"}),
+        Message.user("lone \udc80"),
+        {"kind": "message", "role": "user", "parts": []},
+    ]:
+        assert _encoding.plain_rows([*events, other], counter, 10**7, "s", 7, None, _T0) is None
+    with pytest.raises(PayloadTooLargeError) as general:
+        _encoding.encode_all(events, counter, None, 600)
+    with pytest.raises(PayloadTooLargeError) as plain:
+        _encoding.plain_rows(events, counter, 600, "s", 7, None, _T0)
+    assert str(plain.value) == str(general.value)
+
+
+def test_a_batch_of_common_messages_is_written_in_one_pass(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On SQLite a batch of common messages appended at a known head is made into rows in
+    one pass (no encoding first); what it stores reads back and verifies, the same rows as
+    the general path's but for ids, hashes and times. A batch with one other event, a
+    stale head, an expected seq not met and an oversized event all go the usual ways."""
+    sqlite = db_url.startswith("sqlite")
+    encodings = _counted(monkeypatch, _fast, "encode_for_append")
+    with EventStore(db_url, tenant=f"t-{uuid.uuid4().hex}", upgrade=True) as store:
+        one, two = store.create_session().id, store.create_session().id
+        events = [m for i in range(10) for m in _common(i)]
+        store.append(one, events[:2])
+        store.append(two, events[:2])
+        start = encodings[0]
+        assert store.append(one, events) == list(range(3, 43))
+        assert encodings[0] == start + (0 if sqlite else 1)
+        store._heads.drop(two)
+        store.append_result(two, events)
+        assert encodings[0] == start + (1 if sqlite else 2)
+        assert store.verify(one).ok and store.verify(two).ok
+        own = {"id", "created_at"}
+        assert [e.event.model_dump(exclude=own) for e in store.read(one)] == [
+            e.event.model_dump(exclude=own) for e in store.read(two)
+        ]
+        assert [r[:2] + r[3:] for r in _rows(store, one)[0]] == [
+            r[:2] + r[3:] for r in _rows(store, two)[0]
+        ]
+        assert _rows(store, one)[1] == _rows(store, two)[1]
+        assert store.view(one).to_messages() == store.view(two).to_messages()
+        # One event of another kind: the general path, for the whole batch.
+        mixed = [*events[:30], Message.user("timed").model_copy(update={"created_at": _T0})]
+        assert store.append(one, mixed) == list(range(43, 74))
+        assert encodings[0] == start + (2 if sqlite else 3)
+        with pytest.raises(ConflictError):
+            store.append(one, events, expected_seq=5)
+        with pytest.raises(PayloadTooLargeError):
+            store.append(one, [*events, Message.user("x" * (store.max_event_bytes + 1))])
+        assert store.head(one) == 73 and store.verify(one).ok
 
 
 def test_a_stale_head_falls_back_and_conflicts_stay_typed(db_url: str) -> None:
