@@ -82,11 +82,8 @@ def encode_one(
         raise InvalidEventError(f"events[{i}]: not an event ({type(evt).__name__})")
     else:
         checked = False
-    if late:
-        if fields.get("kind") != "message":  # check_kind's test, inline for messages
-            check_kind(evt, f"events[{i}].")
-    else:
-        check_kind(evt, f"events[{i}].")
+    check_kind(evt, f"events[{i}].")
+    if not late:
         check_event(evt, f"events[{i}].")
     try:
         enc = encode(evt, counter, blob_threshold)

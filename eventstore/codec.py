@@ -544,15 +544,9 @@ def encode(evt: Event, counter: TokenCounter, blob_threshold: int | None = None)
                     stored, blobs = _strip_blobs(evt, blob_threshold)
                     break
         payload, size, proven = _payload_proven(stored)
-        rows: list[dict[str, Any]]
-        if len(parts) == 1 and type(parts[0]) is TextPart:
-            # A sole text part (most messages): its row is implied (see sole_text), so
-            # only its count is made.
-            total, rows = MESSAGE_OVERHEAD + counter.count(parts[0].text), []
-        else:
-            total, rows = _message_parts(parts, counter)
-            if len(rows) == 1 and rows[0]["type"] == "text":
-                rows = []  # a sole text part of a subclass of its own
+        total, rows = plain_parts(parts, counter)
+        if len(rows) == 1 and rows[0]["type"] == "text":
+            rows = []  # a sole text part of a subclass of its own: its row is implied too
         return Encoded(stored, stored.kind, payload, size, total, rows, blobs, proven)
     payload, size = _payload(evt)
     if isinstance(evt, Condensation):
