@@ -16,7 +16,7 @@ from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from eventstore import _litellm
+from eventstore import llm
 
 if TYPE_CHECKING:
     from eventstore import AsyncEventStore, Event, EventStore, View, ViewOptions
@@ -80,7 +80,7 @@ def drive(routine: Routine[T], store: EventStore) -> T:
             elif isinstance(request, Work):
                 result = request.fn(*request.args)
             else:
-                result = _litellm.completion(**request.kwargs)
+                result = llm.completion(**request.kwargs)
         except Exception as exc:
             error = exc
 
@@ -105,7 +105,7 @@ async def adrive(routine: Routine[T], store: AsyncEventStore) -> T:
             elif isinstance(request, Work):
                 result = await asyncio.to_thread(request.fn, *request.args)
             else:
-                result = await _litellm.acompletion(**request.kwargs)
+                result = await llm.acompletion(**request.kwargs)
         except Exception as exc:
             error = exc
 

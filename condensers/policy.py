@@ -52,7 +52,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from eventstore import _litellm
+from eventstore import llm
 from eventstore.errors import ConfigurationError, ConflictError
 from eventstore.events import CondensationRequest, Custom, Event
 from eventstore.tokens import HeuristicTokenCounter, TokenCounter
@@ -513,7 +513,7 @@ def is_context_window_error(exc: BaseException) -> bool:
     litellm maps most providers to ``ContextWindowExceededError``; others surface as a
     ``BadRequestError`` (or a bare API error) whose text litellm's own checker recognizes.
     """
-    return _litellm.is_context_window_error(exc)
+    return llm.is_context_window_error(exc)
 
 
 def complete(

@@ -11,7 +11,7 @@ import json
 import math
 from typing import Protocol, runtime_checkable
 
-from . import _litellm
+from . import llm
 from .events import (
     FilePart,
     Part,
@@ -73,12 +73,12 @@ class LiteLLMTokenCounter:
         self.name = f"litellm:{model}"
         found = ModelInfo.find(model)
         self.provider = found.provider if found is not None else None
-        _litellm.import_litellm()  # fail here, not on the first count, if it is missing
+        llm.import_litellm()  # fail here, not on the first count, if it is missing
 
     def count(self, text: str) -> int:
         if not text:
             return 0
-        return _litellm.count_tokens(self.model, text)
+        return llm.count_tokens(self.model, text)
 
 
 def part_text(part: Part) -> str:

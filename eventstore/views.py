@@ -640,21 +640,21 @@ def llm_call_events(
 ) -> list[LLMCall | Message]:
     """The events that record ``view`` being sent to a model: an ``llm_call`` carrying the
     view's seq and fingerprint, usage and cost, then (by default) the reply message."""
-    from . import _litellm
+    from . import llm
     from .chat import from_openai
 
-    model_name = model or _litellm.field(response, "model") or "unknown"
+    model_name = model or llm.field(response, "model") or "unknown"
     messages = view.to_messages()
-    usage = _litellm.usage_of(response) if response is not None else None
+    usage = llm.usage_of(response) if response is not None else None
     call = LLMCall(
         model=model_name,
         view_seq=view.seq,
         fingerprint=fingerprint(messages),
         message_count=len(messages),
         usage=Usage(**usage) if usage is not None else None,
-        cost=_litellm.response_cost(response, model) if response is not None else None,
+        cost=llm.response_cost(response, model) if response is not None else None,
         latency_ms=latency_ms,
-        response_id=_litellm.field(response, "id"),
+        response_id=llm.field(response, "id"),
         error=error,
         render_options={
             **view.options.model_dump(exclude_defaults=True),
@@ -664,9 +664,9 @@ def llm_call_events(
     )
     batch: list[LLMCall | Message] = [call]
     if append_response and response is not None:
-        choices = _litellm.field(response, "choices") or []
+        choices = llm.field(response, "choices") or []
         if choices:
-            raw = _litellm.field(choices[0], "message")
+            raw = llm.field(choices[0], "message")
             data = raw.model_dump() if hasattr(raw, "model_dump") else dict(raw)
             data = {k: v for k, v in data.items() if v is not None or k == "content"}
             msg = from_openai(data)

@@ -93,7 +93,7 @@ def _ready(api_base: str) -> bool:
 
 
 def _register(model: str) -> None:
-    from eventstore._litellm import import_litellm
+    from eventstore.llm import import_litellm
 
     litellm = import_litellm()
     info = {

@@ -24,8 +24,8 @@ from eventstore import (
     ToolCallPart,
     record_llm_call,
 )
-from eventstore._litellm import import_litellm
 from eventstore.cli import cli
+from eventstore.llm import import_litellm
 from tests.conftest import corpus_files, sqlite_path
 
 HEAVY = ("litellm", "alembic", "rich")

@@ -51,8 +51,8 @@ from eventstore import (
     ToolCallPart,
     ToolResultPart,
 )
-from eventstore._litellm import import_litellm
 from eventstore.budget import Budget
+from eventstore.llm import import_litellm
 
 litellm = import_litellm()
 

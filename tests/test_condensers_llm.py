@@ -23,8 +23,8 @@ from condensers import (
     missing_headings,
 )
 from eventstore import Condensation, EventStore, LLMCall, Message
-from eventstore._litellm import import_litellm
 from eventstore.budget import Budget
+from eventstore.llm import import_litellm
 
 pytestmark = pytest.mark.llm
 

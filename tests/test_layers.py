@@ -303,7 +303,7 @@ def test_the_scanner_sees_lazy_type_checking_relative_and_dynamic_imports(tmp_pa
 
 
 def test_the_scanner_finds_the_project_modules() -> None:
-    for name in ("eventstore", "eventstore._litellm", "eventstore.views", "condensers"):
+    for name in ("eventstore", "eventstore.llm", "eventstore.views", "condensers"):
         assert name in MODULES, f"{name} not found under {ROOT}; update tests/test_layers.py"
     assert any(imp.kind == "lazy" for imp in IMPORTS)
     assert any(imp.kind == "TYPE_CHECKING" for imp in IMPORTS)
@@ -338,10 +338,10 @@ def test_only_eventstore_litellm_imports_litellm() -> None:
     offenders = [
         str(imp)
         for imp in IMPORTS
-        if is_within(imp.target, "litellm") and imp.importer != "eventstore._litellm"
+        if is_within(imp.target, "litellm") and imp.importer != "eventstore.llm"
     ]
     assert not offenders, _report(
-        "litellm is imported outside eventstore._litellm (go through its functions):",
+        "litellm is imported outside eventstore.llm (go through its functions):",
         offenders,
     )
 

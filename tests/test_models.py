@@ -53,7 +53,7 @@ def test_overrides_win_and_bad_input_is_refused() -> None:
 
 
 def test_models_registered_with_litellm_are_seen() -> None:
-    from eventstore._litellm import import_litellm
+    from eventstore.llm import import_litellm
 
     litellm = import_litellm()
     name = f"registered-{uuid.uuid4().hex[:8]}"

@@ -131,9 +131,9 @@ async def test_async_entry_points_do_what_the_sync_ones_do(db_url: str) -> None:
 
 
 async def test_acomplete_condenses_and_retries_on_overflow(db_url: str) -> None:
-    from eventstore import _litellm
+    from eventstore import llm
 
-    litellm = _litellm.import_litellm()
+    litellm = llm.import_litellm()
     async with AsyncEventStore(db_url, tenant=f"t-{uuid.uuid4().hex}", upgrade=True) as store:
         sid = _session(store.sync)
         policy = CondensationPolicy(BUDGET, token_counter=store.token_counter)

@@ -411,7 +411,7 @@ def test_swe_agent_histories_render_back_unchanged(store: EventStore) -> None:
 
 
 def _mock_reply(content: str = "done", model: str = "gpt-4o") -> Any:
-    from eventstore._litellm import import_litellm
+    from eventstore.llm import import_litellm
 
     litellm = import_litellm()
     return litellm.completion(
@@ -466,7 +466,7 @@ def test_budget_from_known_model_override_and_unmapped_model() -> None:
 
 
 def test_budget_for_registered_local_model() -> None:
-    from eventstore._litellm import import_litellm
+    from eventstore.llm import import_litellm
 
     litellm = import_litellm()
     name = f"local-{uuid.uuid4().hex[:8]}"

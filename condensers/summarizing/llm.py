@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from eventstore import _litellm
+from eventstore import llm
 from eventstore.errors import EventStoreError
 from eventstore.events import Usage
 from eventstore.records import StoredEvent
@@ -113,7 +113,7 @@ class LLMSummarizer:
         """The summarizer's input window in tokens."""
         if self._window is None:
             try:
-                info = _litellm.model_info(self.model)
+                info = llm.model_info(self.model)
             except LookupError:
                 raise SummaryError(
                     f"litellm has no window for summary model {self.model!r}; pass "
@@ -146,7 +146,7 @@ class LLMSummarizer:
         if self.api_key:
             kwargs["api_key"] = self.api_key
         kwargs.update(extra or {})
-        response = _litellm.completion(**kwargs)
+        response = llm.completion(**kwargs)
         content = response.choices[0].message.content or ""
         return content.strip(), response
 
@@ -255,7 +255,7 @@ class LLMSummarizer:
 
     def _fix_for(self, exc: BaseException) -> str:
         """The fix appended to the message of a failed summary call."""
-        if _litellm.is_context_window_error(exc):
+        if llm.is_context_window_error(exc):
             return (
                 f"the prompt overflowed {self.model}: pass LLMSummarizer(..., window=N) with a "
                 "smaller N so the events are split into smaller chunks"
@@ -285,12 +285,12 @@ class _Accumulator:
 
     def add(self, response: Any, model: str) -> None:
         self.calls += 1
-        usage = _litellm.usage_of(response)
+        usage = llm.usage_of(response)
         if usage is not None:
             self.seen_usage = True
             self.prompt += int(usage["prompt_tokens"] or 0)
             self.completion += int(usage["completion_tokens"] or 0)
-        cost = _litellm.response_cost(response, model)
+        cost = llm.response_cost(response, model)
         self.cost = None if cost is None or self.cost is None else self.cost + cost
 
     def usage(self) -> Usage | None:

@@ -30,7 +30,7 @@ import threading
 import time
 from typing import Any
 
-from .. import _litellm
+from .. import llm
 from ..chat import from_openai, to_openai
 from ..codec import canonical_json
 from ..events import Message
@@ -40,7 +40,7 @@ from ..views import fingerprint
 __all__ = ["EventStoreLogger"]
 
 # Resolved once, through the one module that imports litellm.
-CustomLogger: Any = _litellm.custom_logger_class()
+CustomLogger: Any = llm.custom_logger_class()
 
 
 def _key(message: Any) -> str:
@@ -114,7 +114,7 @@ class EventStoreLogger(CustomLogger):
 
     def uninstall(self) -> None:
         """Stop recording: remove this logger from every litellm callback list."""
-        _litellm.remove_callback(self)
+        llm.remove_callback(self)
 
     # -- recording
 

@@ -263,7 +263,7 @@ def _live_call(
     here, where it becomes a :class:`DemoError` saying what to do.
     """
     from condensers import complete
-    from eventstore._litellm import is_context_window_error
+    from eventstore.llm import is_context_window_error
 
     try:
         return complete(
@@ -285,7 +285,7 @@ def _live_call(
 
 def _register_offline_model(model: str, window: int) -> None:
     """Describe the offline model to litellm so budgets come from its model map."""
-    from eventstore._litellm import register_model
+    from eventstore.llm import register_model
 
     register_model(
         {
