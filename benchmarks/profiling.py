@@ -28,7 +28,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     # self time of the function that makes them (its own Python is a few microseconds).
     (
         "database (psycopg/libpq: round trips, commit)",
-        ("psycopg", "pq.", "_psycopg", "_fast.py:_pg_write_prepared"),
+        ("psycopg", "pq.", "_psycopg", "postgres.py:write_guarded_prepared"),
     ),
     ("pydantic (validation, dump)", ("pydantic",)),
     ("JSON encoding", ("json/", "json.")),

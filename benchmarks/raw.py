@@ -144,9 +144,9 @@ class StoreSQL:
             self.conn.execute("PRAGMA foreign_keys=ON")
 
     def append_one(self, kind: str, payload: str, token_count: int, parts: list[dict]) -> None:
-        from eventstore._bulk import _EV_SQLITE, _PT_SQLITE
-        from eventstore._fast import _SQLITE_HEAD, _pg_write_prepared
-        from eventstore.codec import chain_hash, new_id
+        from eventstore._append import postgres, sqlite
+        from eventstore._append.rows import Write
+        from eventstore.codec import chain_hash, new_id, sqlite_time_text
         from eventstore.events import utcnow
 
         c, sid, head = self.conn, self.sid, self.head
@@ -156,23 +156,16 @@ class StoreSQL:
         size = len(payload.encode("utf-8"))
         cols = ("idx", "type", "tool_call_id", "tool_name", "state", "token_count")
         part_rows = [(sid, seq, *(row[k] for k in cols)) for row in parts]
+        stamp = now if self.pg else sqlite_time_text(now)
+        rows = [(sid, seq, eid, kind, stamp, payload, token_count, size, None, None, None, digest)]
+        w = Write(self.tenant, sid, head, self.prev, seq, digest, rows, part_rows)
         if self.pg:
-            ev_row = (sid, seq, eid, kind, now, payload, token_count, size, None, None, None)
-            rows = [(*ev_row, digest)]
-            applied = _pg_write_prepared(
-                c, self.tenant, sid, head, self.prev, seq, digest, rows, part_rows
-            )
+            applied = postgres.write_guarded_prepared(c, w)
         else:
-            stamp = now.replace(tzinfo=None).isoformat(" ", "microseconds")
             c.execute("BEGIN IMMEDIATE")
-            cur = c.execute(_SQLITE_HEAD, (seq, digest, stamp, sid, self.tenant, head, self.prev))
-            applied = cur.rowcount
-            ev = (sid, seq, eid, kind, stamp, payload, token_count, size, None, None, None, digest)
-            c.execute(_EV_SQLITE, ev)
-            for row in part_rows:
-                c.execute(_PT_SQLITE, row)
+            applied = sqlite.write_guarded(c, w)
             c.execute("COMMIT")
-        assert applied == 1, "the diagnostic's head went stale"
+        assert applied, "the diagnostic's head went stale"
         self.head, self.prev = seq, digest
 
     def close(self) -> None:
@@ -209,36 +202,25 @@ class StoreRows:
 
     def prepare(self, events: Sequence[Any]) -> tuple[list[Any], list[Any], Any]:
         """The driver rows of ``events`` appended after this session's head (not timed)."""
-        from eventstore import _bulk
-        from eventstore._bulk import build_rows
+        from eventstore._append.rows import Rows
         from eventstore.codec import encode
         from eventstore.events import utcnow
 
         encoded = [encode(e, self.store.token_counter) for e in events]
-        ev, pt, _prunes, new_hash, new_head = build_rows(
-            self.sid, self.head, self.head_hash, encoded, None, None, utcnow()
-        )
-        self.head, self.head_hash = new_head, new_hash
-        newest = ev[-1]["created_at"]
-        if self.pg:
-            return [_bulk._event_values(r) for r in ev], [_bulk._part_values(r) for r in pt], newest
-        parts = [_bulk._part_values(r) for r in pt]
-        return _bulk._sqlite_event_rows(ev), parts, _bulk._sqlite_ts(newest)
+        rows = Rows(self.sid, self.head, self.head_hash, encoded, utcnow(), sqlite=not self.pg)
+        ev = rows.collect()
+        self.head, self.head_hash = rows.seq, rows.head_hash
+        return ev, rows.parts, ev[-1][4]
 
     def insert(self, prepared: tuple[list[Any], list[Any], Any]) -> None:
         """Lock the head, insert the rows, move the head, commit (timed)."""
-        from eventstore import _bulk
+        from eventstore._append import postgres, sqlite
 
         ev, pt, newest = prepared
         if self.pg:
             with self.conn.transaction(), self.conn.cursor() as cur:
                 cur.execute("SELECT head_seq FROM sessions WHERE id = %s FOR UPDATE", (self.sid,))
-                with cur.copy(_bulk._PG_COPY_EVENTS) as cp:
-                    for row in ev:
-                        cp.write_row(row)
-                with cur.copy(_bulk._PG_COPY_PARTS) as cp:
-                    for row in pt:
-                        cp.write_row(row)
+                postgres.copy_rows(cur, ev, pt)
                 cur.execute(
                     "UPDATE sessions SET head_seq = %s, head_hash = %s, updated_at = %s "
                     "WHERE id = %s",
@@ -248,12 +230,8 @@ class StoreRows:
         c = self.conn
         c.execute("BEGIN IMMEDIATE")
         c.execute("SELECT head_seq FROM sessions WHERE id = ?", (self.sid,)).fetchone()
-        _bulk._SQLITE_EVENTS.insert(c, self.sid, ev)
-        _bulk._SQLITE_PARTS.insert(c, self.sid, pt)
-        c.execute(
-            "UPDATE sessions SET head_seq = ?, head_hash = ?, updated_at = ? WHERE id = ?",
-            (self.head, self.head_hash, newest, self.sid),
-        )
+        sqlite.insert_rows(c, self.sid, ev, pt)
+        sqlite.move_head(c, self.sid, self.head, self.head_hash, newest)
         c.execute("COMMIT")
 
     def close(self) -> None:

@@ -12,8 +12,8 @@ position at all (there is no tenant-wide lock or counter on the append path):
   and events are never deleted), so the reader numbers the rows inserted after the last
   event numbered (``feed_cursor``), in rowid order, consecutive events of one session as
   one range;
-* on Postgres the statement that moves the head (:func:`eventstore._sql.move_head`, and
-  the append fast path's) queues the range in ``feed_pending``, with the time of the
+* on Postgres each statement that moves a head (both of :mod:`eventstore._append.postgres`)
+  queues the range in ``feed_pending``, with the time of the
   append. The reader moves the queued ranges into ``feed``, numbering them in the order
   of those times, under a per-tenant advisory lock. It can only see committed ranges,
   and every later run numbers above it, so a range that commits late simply gets a later
@@ -211,7 +211,7 @@ def tail_page(
     if not wanted:
         return []
     rows = conn.execute(
-        select(events.c.session_id, *_sql._EVENT_COLS).where(
+        select(events.c.session_id, *_sql.READ_COLUMNS).where(
             tuple_(events.c.session_id, events.c.seq).in_(wanted)
         )
     )

@@ -30,7 +30,9 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import select, text, update
 from sqlalchemy.engine import Connection
 
-from . import _bulk, _sql
+from . import _sql
+from ._append import locked
+from ._append.rows import Rows
 from .codec import blob_refs, check_text, decode_event, encode, encode_event
 from .distribution import is_distributed
 from .errors import InvalidEventError
@@ -272,11 +274,10 @@ def purge_rows(
     )
     enc: list[Encoded] = [encode(record, counter)]
     now = utcnow()
-    event_rows, _parts, _prunes, new_hash, new_head = _bulk.build_rows(
-        session_id, head, head_hash, enc, None, None, now
-    )
-    conn.execute(events.insert(), event_rows)
-    _sql.move_head(conn, session_id, head, new_head, new_hash, now)
+    made = Rows(session_id, head, head_hash, enc, now, sqlite=conn.dialect.name == "sqlite")
+    locked.insert_rows(conn, made)
+    new_head, new_hash = made.seq, made.head_hash
+    locked.move_head(conn, session_id, head, new_head, new_hash, now)
     _forget_search(conn, session_id, [r.seq for r in todo])
     _forget_blobs(conn, tenant, refs)
     return new_head, record, new_head, new_hash

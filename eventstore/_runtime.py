@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from sqlalchemy.engine import Connection
 
 from . import _blobs, _sql
+from ._append import locked
 from .codec import new_id
 from .errors import InvalidEventError, NotFoundError
 from .events import Delta, Dequeued, Event, Message, Queued, RunState, TextPart
@@ -182,7 +183,7 @@ class RuntimeMethods:
         # Take the session's write lock before looking, so a racing consumer sees this
         # transaction's marker once it gets the lock (READ COMMITTED reads a new snapshot
         # per statement on Postgres; SQLite's write lock covers the whole transaction).
-        _sql.lock_head(conn, self.tenant, session_id)
+        locked.lock_head(conn, self.tenant, session_id)
         first = _pending(conn, self.tenant, session_id, 1)
         if not first:
             return None
@@ -190,7 +191,7 @@ class RuntimeMethods:
         assert isinstance(queued, Queued)
         message = queued.message.model_copy(update={"created_at": None})
         encoded = self._encode([Dequeued(queued_seq=first[0].seq), message])
-        result = _sql.append(
+        result = locked.write(
             conn, self.tenant, session_id, encoded, expected_seq=None, idempotency_key=None
         )
         stored = _sql.read_event(conn, self.tenant, session_id, result.seqs[-1])
@@ -239,13 +240,13 @@ class RuntimeMethods:
     def _finish_stream(
         self, conn: Connection, session_id: str, stream_id: str, message: Message | None
     ) -> StoredEvent:
-        _sql.lock_head(conn, self.tenant, session_id)
+        locked.lock_head(conn, self.tenant, session_id)
         started = self._stream_start(conn, session_id, stream_id)
         if message is None:
             text = _stream_text(conn, self.tenant, session_id, started, stream_id)
             message = Message(role="assistant", parts=[TextPart(text=text)])
         encoded = self._encode([message, RunState(state="idle", reason="completed")])
-        result = _sql.append(
+        result = locked.write(
             conn, self.tenant, session_id, encoded, expected_seq=None, idempotency_key=None
         )
         stored = _sql.read_event(conn, self.tenant, session_id, result.seqs[0])
@@ -278,7 +279,7 @@ class RuntimeMethods:
         return self._run(self._cancel_run, session_id, reason, write=True)
 
     def _cancel_run(self, conn: Connection, session_id: str, reason: str) -> list[int]:
-        _sql.lock_head(conn, self.tenant, session_id)
+        locked.lock_head(conn, self.tenant, session_id)
         segments, head = _sql.lineage_and_head(conn, self.tenant, session_id)
         found = _sql.latest_in(conn, segments, "run_state", head)
         state = found.event if found is not None else None
@@ -296,7 +297,7 @@ class RuntimeMethods:
                 out.append(answer)
         out.append(RunState(state="idle", reason=reason))
         encoded = self._encode(out)
-        result = _sql.append(
+        result = locked.write(
             conn, self.tenant, session_id, encoded, expected_seq=None, idempotency_key=None
         )
         return result.seqs

@@ -46,7 +46,7 @@ def _get_event(conn: Connection, tenant: str, session_id: str, event_id: str) ->
     # also keeps the probe on their shards when the tables are distributed by session.
     owners = sorted({seg.owner for seg in segments})
     rows = conn.execute(
-        select(events.c.session_id, *_sql._EVENT_COLS).where(
+        select(events.c.session_id, *_sql.READ_COLUMNS).where(
             events.c.id == event_id, events.c.session_id.in_(owners)
         )
     ).all()
@@ -66,7 +66,7 @@ def _find_event(conn: Connection, tenant: str, event_id: str) -> StoredEvent:
     if _sql.storable_text_error(event_id):
         raise missing
     row = conn.execute(
-        select(events.c.session_id, *_sql._EVENT_COLS)
+        select(events.c.session_id, *_sql.READ_COLUMNS)
         .join(sessions, sessions.c.id == events.c.session_id)
         .where(events.c.id == event_id, sessions.c.tenant == tenant)
     ).first()
@@ -100,7 +100,7 @@ def _get_session_by_key(conn: Connection, tenant: str, key: str, user_id: str | 
     if row is None:
         who = f" and user {user_id!r}" if user_id is not None else ""
         raise NotFoundError(f"no session with key {key!r} for tenant {tenant!r}{who}")
-    return _sql._session_from_row(row)
+    return _sql.session_from_row(row)
 
 
 def _delete_session(conn: Connection, tenant: str, session_id: str) -> Session:

@@ -22,35 +22,27 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, NamedTuple
+from typing import Any
 
-from sqlalchemy import and_, bindparam, func, insert, select, text, update
+from sqlalchemy import and_, bindparam, func, insert, select
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
-from . import _blobs
-from ._bulk import BULK_MIN, BatchRows, bulk_insert
-from ._checks import check_json_value
+from ._append.checks import check_json_value
 from .codec import (
-    Encoded,
-    batch_digest,
     canonical_json,
     check_text,
     decode_event,
-    implied_part_tokens,
     new_id,
-    sole_text,
     storable_text_error,
 )
 from .errors import (
-    ConflictError,
-    IdempotencyMismatchError,
     InvalidEventError,
     NotFoundError,
     SessionExistsError,
 )
-from .events import Prune, utcnow
-from .records import AppendResult, Session, StoredEvent
+from .events import utcnow
+from .records import Session, StoredEvent
 from .schema import events, fork_compactions, kind_is, parts, session_keys, sessions
 
 READ_PAGE = 256
@@ -69,7 +61,7 @@ class Segment:
 # --------------------------------------------------------------------------- sessions
 
 
-def _session_from_row(row: Any) -> Session:
+def session_from_row(row: Any) -> Session:
     return Session(
         id=row.id,
         tenant=row.tenant,
@@ -231,27 +223,27 @@ def fork_session(
     )
 
 
-def _not_found(tenant: str, session_id: str) -> NotFoundError:
+def not_found(tenant: str, session_id: str) -> NotFoundError:
     return NotFoundError(f"no session {session_id!r} for tenant {tenant!r}")
 
 
-def _check_lookup(tenant: str, session_id: str) -> None:
+def check_lookup(tenant: str, session_id: str) -> None:
     # An id that could never have been stored is simply not there; asking the database
     # would fail differently per backend (Postgres rejects NUL, drivers reject surrogates).
     if not isinstance(session_id, str) or storable_text_error(session_id) or len(session_id) > 36:
-        raise _not_found(tenant, session_id)
+        raise not_found(tenant, session_id)
 
 
 def get_session(
     conn: Connection, tenant: str, session_id: str, *, include_deleted: bool = False
 ) -> Session:
-    _check_lookup(tenant, session_id)
+    check_lookup(tenant, session_id)
     row = conn.execute(
         select(sessions).where(sessions.c.id == session_id, sessions.c.tenant == tenant)
     ).first()
-    if row is None or (row.deleted_at is not None and not (include_deleted or _AUDITING.get())):
+    if row is None or (row.deleted_at is not None and not (include_deleted or AUDITING.get())):
         raise NotFoundError(f"no session {session_id!r} for tenant {tenant!r}")
-    return _session_from_row(row)
+    return session_from_row(row)
 
 
 def list_sessions(
@@ -281,7 +273,7 @@ def list_sessions(
     q = q.order_by(sessions.c.created_at.desc(), sessions.c.id.desc()).offset(offset)
     if limit:
         q = q.limit(limit)
-    return [_session_from_row(r) for r in conn.execute(q)]
+    return [session_from_row(r) for r in conn.execute(q)]
 
 
 def lineage(conn: Connection, tenant: str, session_id: str) -> list[Segment]:
@@ -290,17 +282,17 @@ def lineage(conn: Connection, tenant: str, session_id: str) -> list[Segment]:
 
 
 #: Set while ``verify`` runs: an audit reads deleted sessions too (their logs stay whole).
-_AUDITING: ContextVar[bool] = ContextVar("eventstore_auditing", default=False)
+AUDITING: ContextVar[bool] = ContextVar("eventstore_auditing", default=False)
 
 
 @contextmanager
 def auditing() -> Iterator[None]:
     """Let every read in this context see deleted sessions (used by ``verify``)."""
-    token = _AUDITING.set(True)
+    token = AUDITING.set(True)
     try:
         yield
     finally:
-        _AUDITING.reset(token)
+        AUDITING.reset(token)
 
 
 _LINEAGE_ROW = select(
@@ -318,10 +310,10 @@ def lineage_and_head(
     """The session's lineage segments and its head seq, from the same session row (a
     deleted session is not found, unless ``include_deleted`` for an audit; ancestors of a
     live fork are read whether deleted or not)."""
-    _check_lookup(tenant, session_id)
+    check_lookup(tenant, session_id)
     chain: list[tuple[str, str | None, int | None]] = []
     row = conn.execute(_LINEAGE_ROW, {"sid": session_id, "tenant": tenant}).first()
-    if row is None or (row.deleted_at is not None and not (include_deleted or _AUDITING.get())):
+    if row is None or (row.deleted_at is not None and not (include_deleted or AUDITING.get())):
         raise NotFoundError(f"no session {session_id!r} for tenant {tenant!r}")
     chain.append((row.id, row.parent_id, row.fork_seq))
     while chain[-1][1] is not None:
@@ -363,229 +355,6 @@ def owner_of(segments: Sequence[Segment], seq: int) -> str | None:
     return None
 
 
-# --------------------------------------------------------------------------- append
-
-
-# The append path's fixed statements, built once: constructing a statement costs about as
-# much as executing it, and a single-event append runs these on every call.
-_LOCK_HEAD = select(sessions.c.head_seq, sessions.c.head_hash).where(
-    sessions.c.id == bindparam("sid"),
-    sessions.c.tenant == bindparam("tenant"),
-    sessions.c.deleted_at.is_(None),
-)
-_LOCK_HEAD_PG = _LOCK_HEAD.with_for_update()
-_SET_HEAD = (
-    update(sessions)
-    .where(sessions.c.id == bindparam("sid"))
-    .values(
-        head_seq=bindparam("new_seq"),
-        head_hash=bindparam("new_hash"),
-        updated_at=bindparam("now", type_=sessions.c.updated_at.type),
-    )
-)
-# Postgres: the same head move, queueing the appended range for the tenant feed in the
-# same statement (see eventstore._feed; SQLite's readers number new event rows instead).
-_SET_HEAD_PG = text(
-    "WITH h AS (UPDATE sessions SET head_seq = :new_seq, head_hash = :new_hash, "
-    "updated_at = :now WHERE id = :sid RETURNING id, tenant) "
-    "INSERT INTO feed_pending (session_id, from_seq, to_seq, tenant, queued_at) "
-    "SELECT id, :from_seq, :new_seq, tenant, clock_timestamp() FROM h"
-).bindparams(bindparam("now", type_=sessions.c.updated_at.type))
-_INSERT_EVENTS = insert(events)
-_INSERT_PARTS = insert(parts)
-
-
-def lock_head(conn: Connection, tenant: str, session_id: str) -> tuple[int, str | None]:
-    _check_lookup(tenant, session_id)
-    # Row lock on Postgres: concurrent appenders to one session queue here instead of
-    # racing to the UNIQUE(session_id, seq) check. SQLite writers already hold the
-    # database lock (BEGIN IMMEDIATE), so no row lock is needed there.
-    q = _LOCK_HEAD_PG if conn.dialect.name == "postgresql" else _LOCK_HEAD
-    row = conn.execute(q, {"sid": session_id, "tenant": tenant}).first()
-    if row is None:
-        raise NotFoundError(f"no session {session_id!r} for tenant {tenant!r}")
-    return row.head_seq, row.head_hash
-
-
-def append(
-    conn: Connection,
-    tenant: str,
-    session_id: str,
-    encoded: Sequence[Encoded],
-    *,
-    expected_seq: int | None,
-    idempotency_key: str | None,
-) -> AppendResult:
-    head, head_hash = lock_head(conn, tenant, session_id)
-    check_text("idempotency_key", idempotency_key, 255)
-    batch_hash = batch_digest(encoded) if idempotency_key is not None else None
-    if idempotency_key is not None:
-        prior = conn.execute(
-            select(events.c.seq, events.c.batch_size, events.c.batch_digest).where(
-                events.c.session_id == session_id, events.c.idempotency_key == idempotency_key
-            )
-        ).first()
-        if prior is not None:
-            if prior.batch_size != len(encoded) or (
-                prior.batch_digest is not None and prior.batch_digest != batch_hash
-            ):
-                raise IdempotencyMismatchError(
-                    f"idempotency key {idempotency_key!r} was already used for a different "
-                    f"append (seqs {prior.seq}..{prior.seq + prior.batch_size - 1}: other "
-                    f"events, content or ids than these {len(encoded)}); use a new key for "
-                    "a new append, or resend exactly the same events to retry"
-                )
-            return AppendResult(
-                seqs=list(range(prior.seq, prior.seq + prior.batch_size)),
-                head_seq=head,
-                replayed=True,
-            )
-    if expected_seq is not None and expected_seq != head:
-        raise ConflictError(session_id, expected_seq, head)
-    if not encoded:
-        return AppendResult(seqs=[], head_seq=head)
-
-    segments: list[Segment] | None = None
-    now = utcnow()
-    rows = BatchRows(session_id, head, head_hash, encoded, idempotency_key, batch_hash, now)
-    if len(encoded) > BULK_MIN:
-        newest = bulk_insert(conn, rows)  # the driver's own bulk path
-    else:
-        event_rows: list[dict[str, Any]] = []
-        part_rows: list[dict[str, Any]] = []
-        for row, parts_of in rows:
-            event_rows.append(row)
-            part_rows += parts_of
-        # One row goes through the single-row path; lists take the executemany path.
-        conn.execute(_INSERT_EVENTS, event_rows[0] if len(event_rows) == 1 else event_rows)
-        if part_rows:
-            conn.execute(_INSERT_PARTS, part_rows[0] if len(part_rows) == 1 else part_rows)
-        newest = event_rows[-1]["created_at"]
-    prunes, prev, seq = rows.prunes, rows.head_hash, rows.seq
-    attached = {d: b for enc in encoded for d, b in enc.blobs.items()}
-    if attached:
-        _blobs.save(conn, tenant, attached)
-    if prunes:
-        segments = lineage(conn, tenant, session_id)
-        for prune_seq, prune, created in prunes:
-            _apply_prune(conn, session_id, segments, prune_seq, prune, created)
-    # updated_at follows the newest event's time (the caller's, when it gave one).
-    move_head(conn, session_id, head, seq, prev, newest)
-    return AppendResult(seqs=list(range(head + 1, seq + 1)), head_seq=seq, head_hash=prev)
-
-
-def move_head(
-    conn: Connection, session_id: str, head: int, new_seq: int, new_hash: str | None, now: datetime
-) -> None:
-    """Move the session's head from ``head`` to ``new_seq`` and, on Postgres, queue the
-    events in between for the tenant feed (every statement that moves a head goes through
-    here, or does what it does: the append fast path). SQLite's feed readers find new
-    event rows themselves."""
-    params = {"sid": session_id, "new_seq": new_seq, "new_hash": new_hash, "now": now}
-    if conn.dialect.name == "postgresql":
-        conn.execute(_SET_HEAD_PG, {**params, "from_seq": head + 1})
-    else:
-        conn.execute(_SET_HEAD, params)
-
-
-Rows = list[dict[str, Any]]
-
-
-class _ImpliedRow(NamedTuple):
-    type: str
-    compacted_seq: int | None
-
-
-def _sole_text_tokens(conn: Connection, owner: str, seq: int) -> int | None:
-    """The part's token count when event ``seq`` of ``owner`` is a message appended
-    without its sole text part's row (see :func:`~eventstore.codec.sole_text`)."""
-    row = conn.execute(
-        select(*_EVENT_COLS).where(
-            events.c.session_id == owner, events.c.seq == seq, kind_is("message")
-        )
-    ).first()
-    if row is None:
-        return None
-    stored = row_to_stored(row, owner)
-    return implied_part_tokens(stored.token_count) if sole_text(stored.event) else None
-
-
-def _apply_prune(
-    conn: Connection,
-    session_id: str,
-    segments: list[Segment],
-    prune_seq: int,
-    prune: Prune,
-    created: datetime,
-) -> None:
-    for ref in prune.targets:
-        owner = owner_of(segments, ref.seq)
-        row: Any = (
-            None
-            if owner is None
-            else conn.execute(
-                select(parts.c.type, parts.c.compacted_seq).where(
-                    parts.c.session_id == owner, parts.c.seq == ref.seq, parts.c.idx == ref.index
-                )
-            ).first()
-        )
-        implied = None
-        if row is None and owner is not None and ref.index == 0:
-            implied = _sole_text_tokens(conn, owner, ref.seq)
-            if implied is not None:
-                row = _ImpliedRow("text", None)
-        # A placeholder replaces tool results only; a truncation (keep_chars) may also cut
-        # a message's text (a pinned head too large for the budget).
-        allowed = ("tool_result",) if prune.keep_chars is None else ("tool_result", "text")
-        if row is None or row.type not in allowed:
-            what = "tool result" if prune.keep_chars is None else "tool result or text"
-            raise InvalidEventError(
-                f"prune.targets: seq {ref.seq} part {ref.index} is not a stored {what}"
-            )
-        if owner == session_id and implied is not None:
-            # The part had no row (see codec.sole_text): it gets one now, stamped.
-            conn.execute(
-                insert(parts),
-                {"session_id": owner, "seq": ref.seq, "idx": 0, "type": "text",
-                 "token_count": implied, "compacted_at": created, "compacted_seq": prune_seq},
-            )  # fmt: skip
-            continue
-        if owner == session_id:
-            conn.execute(
-                update(parts)
-                .where(
-                    parts.c.session_id == owner,
-                    parts.c.seq == ref.seq,
-                    parts.c.idx == ref.index,
-                    parts.c.compacted_seq.is_(None),
-                )
-                .values(compacted_at=created, compacted_seq=prune_seq)
-            )
-            continue
-        # An inherited part: the owner's own stamp counts only if it predates the fork.
-        seg_hi = next(s.hi for s in segments if s.owner == owner)
-        if row.compacted_seq is not None and seg_hi is not None and row.compacted_seq <= seg_hi:
-            continue
-        done = conn.execute(
-            select(fork_compactions.c.seq).where(
-                fork_compactions.c.session_id == session_id,
-                fork_compactions.c.seq == ref.seq,
-                fork_compactions.c.idx == ref.index,
-            )
-        ).first()
-        if done is None:
-            conn.execute(
-                insert(fork_compactions),
-                {
-                    "session_id": session_id,
-                    "seq": ref.seq,
-                    "idx": ref.index,
-                    "compacted_seq": prune_seq,
-                    "compacted_at": created,
-                },
-            )
-
-
 # --------------------------------------------------------------------------- read
 
 
@@ -599,7 +368,7 @@ def row_to_stored(row: Any, owner: str) -> StoredEvent:
     )
 
 
-_EVENT_COLS = (
+READ_COLUMNS = (
     events.c.seq,
     events.c.id,
     events.c.kind,
@@ -622,7 +391,7 @@ def read_page(
     out: list[StoredEvent] = []
     kind_list = sorted(set(kinds)) if kinds is not None else None
     for seg in clip(segments, after + 1, to_seq):
-        base = select(*_EVENT_COLS).where(
+        base = select(*READ_COLUMNS).where(
             events.c.session_id == seg.owner, events.c.seq >= seg.lo, events.c.seq <= seg.hi
         )
         want = limit - len(out)
@@ -659,7 +428,7 @@ def latest_in(
     ``(session_id, kind, seq)`` index per segment, newest segment first."""
     for seg in reversed(clip(segments, 1, last)):
         row = conn.execute(
-            select(*_EVENT_COLS)
+            select(*READ_COLUMNS)
             .where(
                 events.c.session_id == seg.owner,
                 kind_is(kind),
@@ -682,7 +451,7 @@ def verify_head(
     return segments, head, conn.execute(found).scalar()
 
 
-_VERIFY_COLS = (*_EVENT_COLS, events.c.size, events.c.session_id)
+_VERIFY_COLS = (*READ_COLUMNS, events.c.size, events.c.session_id)
 
 
 def read_verify_page(
@@ -735,7 +504,7 @@ def read_event(conn: Connection, tenant: str, session_id: str, seq: int) -> Stor
     if owner is None:
         return None
     row = conn.execute(
-        select(*_EVENT_COLS).where(events.c.session_id == owner, events.c.seq == seq)
+        select(*READ_COLUMNS).where(events.c.session_id == owner, events.c.seq == seq)
     ).first()
     return None if row is None else row_to_stored(row, owner)
 

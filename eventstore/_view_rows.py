@@ -34,15 +34,15 @@ from sqlalchemy.engine import Connection
 from . import _blobs
 from ._engine import ReadAgain, driver_error
 from ._sql import (
-    _AUDITING,
-    _EVENT_COLS,
+    AUDITING,
     BREAKER_PREFIX,
+    READ_COLUMNS,
     Segment,
-    _check_lookup,
-    _not_found,
+    check_lookup,
     clip,
     latest_in,
     lineage_and_head,
+    not_found,
     owner_of,
     row_to_stored,
 )
@@ -475,7 +475,7 @@ def view_rows_at_once(
     placeholder = _PLACEHOLDERS.get(conn.dialect.driver)
     if placeholder is None or session_id in forks or (as_of is not None and as_of < 1):
         return None
-    _check_lookup(tenant, session_id)
+    check_lookup(tenant, session_id)
     bound = _NO_BOUND if as_of is None else as_of
     pg = conn.dialect.name == "postgresql"
     distributed = is_distributed(conn)
@@ -486,8 +486,8 @@ def view_rows_at_once(
     if by is None:
         return None
     session = by.get("s")
-    if not session or (session[0][5] is not None and not _AUDITING.get()):
-        raise _not_found(tenant, session_id)
+    if not session or (session[0][5] is not None and not AUDITING.get()):
+        raise not_found(tenant, session_id)
     if session[0][3] is not None:
         if len(forks) >= _FORKS_KEPT:
             forks.clear()
@@ -570,7 +570,7 @@ def _read_seqs(
         if owner is None:
             continue
         row = conn.execute(
-            select(*_EVENT_COLS).where(events.c.session_id == owner, events.c.seq == s)
+            select(*READ_COLUMNS).where(events.c.session_id == owner, events.c.seq == s)
         ).first()
         if row is not None and row.kind == "message":
             out.append(row_to_stored(row, owner))
@@ -585,7 +585,7 @@ def _read_kind(
     out: list[StoredEvent] = []
     for seg in clip(segments, lo, hi):
         q = (
-            select(*_EVENT_COLS)
+            select(*READ_COLUMNS)
             .where(
                 events.c.session_id == seg.owner,
                 kind_is(kind),
@@ -636,7 +636,7 @@ def _latest_breaker(
                 probed = False
             else:
                 row = conn.execute(
-                    select(*_EVENT_COLS)
+                    select(*READ_COLUMNS)
                     .where(events.c.session_id == seg.owner, kind_is("custom"))
                     .where(events.c.seq.between(seg.lo, top), events.c.payload.like(like))
                     .order_by(events.c.seq.desc())

@@ -312,7 +312,7 @@ NATIVE_SEARCH_TABLES = {"sqlite": "search_fts", "postgresql": "search_docs"}
 
 # No feed trigger since 0010 on SQLite (readers number the events table's new rows) and
 # 0008 on Postgres (the statements that move a head queue the range in ``feed_pending``
-# themselves: ``eventstore._sql.move_head`` and the append fast path). What 0003
+# themselves: ``eventstore._append.locked.move_head`` and the guarded append). What 0003
 # installed, dropped by those revisions (and by downgrades past 0003):
 _SQLITE_FEED_DROP = ["DROP TRIGGER IF EXISTS sessions_feed"]
 _PG_FEED_DROP = [

@@ -30,9 +30,10 @@ from sqlalchemy import create_engine
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
-from . import _blobs, _purge, _sql
-from ._checks import check_int as _check_int
-from ._encoding import MAX_COUNT, encode_all
+from . import _append, _blobs, _purge, _sql
+from ._append import guarded
+from ._append.checks import MAX_COLUMN_INT, check_int
+from ._append.encode import encode_all
 from ._engine import (
     DEFAULT_LOCK_TIMEOUT_MS,
     DEFAULT_URL,
@@ -45,7 +46,6 @@ from ._engine import (
     map_db_error,
     resolve_url,
 )
-from ._fast import HeadCache, close_driver_slot, fast_append
 from ._feed import FeedMethods, afollow
 from ._purge import PurgeMethods
 from ._replica import DEFAULT_READ_WAIT_MS, ReplicaMethods
@@ -56,7 +56,6 @@ from ._sessions import (
     audit_for_async,
     read_event_expanded,
     read_page_expanded,
-    taken_id_error,
 )
 from ._twins import awaitable, calibrated_tokens, record_llm_call, streaming
 from ._view_rows import view_rows, view_rows_at_once
@@ -64,11 +63,8 @@ from .codec import Encoded, check_text
 from .distribution import is_distributed
 from .errors import (
     ConfigurationError,
-    ConflictError,
     InvalidEventError,
     NotFoundError,
-    StorageBusyError,
-    StorageError,
 )
 from .events import Condensation, Event, LLMCall, Message, Part, PartRef
 from .migrate import ensure_schema
@@ -183,9 +179,9 @@ class EventStore(
             ("busy_timeout_ms", busy_timeout_ms, 0),
             ("lock_timeout_ms", lock_timeout_ms, 1),  # 0 would mean "wait forever"
         ):
-            if not isinstance(ms, int) or isinstance(ms, bool) or not low <= ms <= MAX_COUNT:
+            if not isinstance(ms, int) or isinstance(ms, bool) or not low <= ms <= MAX_COLUMN_INT:
                 raise ConfigurationError(
-                    f"{name}: must be {low}..{MAX_COUNT} milliseconds, got {ms!r}"
+                    f"{name}: must be {low}..{MAX_COLUMN_INT} milliseconds, got {ms!r}"
                 )
         self._timeouts = Timeouts(busy_timeout_ms, lock_timeout_ms)
         self.tenant = tenant
@@ -197,7 +193,7 @@ class EventStore(
                 f"blob_threshold: a positive number of bytes or None, not {blob_threshold!r}"
             )
         self.blob_threshold = blob_threshold
-        self._heads = HeadCache()  # the head this store's appends left, per session
+        self._heads = guarded.HeadCache()  # the head this store's appends left, per session
         self._schema_lock = threading.Lock()
         self._schema_pending: bool | None = None  # the upgrade flag, until the schema is open
         if engine is None:
@@ -221,6 +217,7 @@ class EventStore(
         self._lock_local = not self._owns_engine and engine.dialect.name == "postgresql"
         self.engine = engine
         self.dialect: str = engine.dialect.name
+        self._driver_slot = guarded.DriverSlot.for_store(self, engine, self._owns_engine)
         self._replica = self._open_replica(read_url, read_wait_ms, lock_timeout_ms)
 
     def _open_schema(self) -> None:
@@ -265,7 +262,7 @@ class EventStore(
     def close(self) -> None:
         """Release pooled connections."""
         if self._owns_engine:
-            close_driver_slot(self)
+            guarded.close(self)
             self.engine.dispose()
             if self._replica is not None:
                 self._replica.engine.dispose()
@@ -329,6 +326,8 @@ class EventStore(
             return fn(conn, *args, **kw)
 
     def _encode(self, evts: Sequence[Event | dict[str, Any]]) -> list[Encoded]:
+        """``evts`` checked and encoded, all of them now (for writes in a transaction of
+        the caller's: the run queue, imports)."""
         return encode_all(evts, self.token_counter, self.blob_threshold, self.max_event_bytes)
 
     # -- sessions
@@ -374,8 +373,8 @@ class EventStore(
     ) -> list[Session]:
         """Sessions newest first; ``limit=None`` (or 0) returns all. ``parent_id`` lists the
         forks of one session; ``include_deleted`` adds deleted ones (for audits)."""
-        _check_int("limit", limit)
-        _check_int("offset", offset)
+        check_int("limit", limit)
+        check_int("offset", offset)
         return self._run(
             _sql.list_sessions,
             self.tenant,
@@ -397,7 +396,7 @@ class EventStore(
         fork. Forks of forks work the same way. Keyword options: ``session_id_new``,
         ``user_id``, ``metadata`` (default: the parent's).
         """
-        _check_int("at_seq", at_seq)
+        check_int("at_seq", at_seq)
         return self._run(
             _sql.fork_session, self.tenant, session_id, at_seq, title=title, write=True, **kw
         )
@@ -422,11 +421,9 @@ class EventStore(
             idempotency_key: Repeating an append with the same key returns the seqs of the
                 first one and writes nothing.
         """
-        _check_int("expected_seq", expected_seq)
-        fast, encoded = fast_append(self, session_id, events, expected_seq, idempotency_key)
-        if fast is not None:
-            return fast[0]  # no result model built for the seqs alone
-        return self._append(session_id, encoded, expected_seq, idempotency_key).seqs
+        check_int("expected_seq", expected_seq)
+        done = _append.append(self, session_id, events, expected_seq, idempotency_key)
+        return done.seqs if isinstance(done, AppendResult) else done[0]
 
     def append_result(
         self,
@@ -437,40 +434,12 @@ class EventStore(
         idempotency_key: str | None = None,
     ) -> AppendResult:
         """Like :meth:`append`, returning the new head and whether it was a replay."""
-        _check_int("expected_seq", expected_seq)
-        fast, encoded = fast_append(self, session_id, events, expected_seq, idempotency_key)
-        if fast is not None:
-            seqs, head_seq, head_hash = fast
-            return AppendResult(seqs=seqs, head_seq=head_seq, head_hash=head_hash)
-        return self._append(session_id, encoded, expected_seq, idempotency_key)
-
-    def _append(
-        self,
-        session_id: str,
-        encoded: Sequence[Encoded],
-        expected_seq: int | None,
-        idempotency_key: str | None,
-    ) -> AppendResult:
-        """The ordinary append path: one write transaction through SQLAlchemy."""
-        try:
-            result = self._run(
-                _sql.append, self.tenant, session_id, encoded, write=True,
-                expected_seq=expected_seq, idempotency_key=idempotency_key,
-            )  # fmt: skip
-            if result.head_hash is not None:
-                self._heads.put(session_id, result.head_seq, result.head_hash)
-            return result
-        except (StorageBusyError, ConnectionDropped):
-            raise
-        except StorageError as exc:
-            if (taken := taken_id_error(self._run, session_id, encoded, exc)) is not None:
-                raise taken from None
-            # A UNIQUE(session_id, seq) violation means another writer won; report the
-            # head it left rather than the driver's message.
-            head = self.head(session_id)
-            if expected_seq is not None and head != expected_seq:
-                raise ConflictError(session_id, expected_seq, head) from None
-            raise
+        check_int("expected_seq", expected_seq)
+        done = _append.append(self, session_id, events, expected_seq, idempotency_key)
+        if isinstance(done, AppendResult):
+            return done
+        seqs, head_seq, head_hash = done
+        return AppendResult(seqs=seqs, head_seq=head_seq, head_hash=head_hash)
 
     def read(
         self,
@@ -484,8 +453,8 @@ class EventStore(
         The upper bound is fixed when iteration starts (the head at that moment), so later
         appends do not extend a running read. Memory stays bounded for any session size.
         """
-        _check_int("from_seq", from_seq, low=-_MAX_INT)
-        _check_int("to_seq", to_seq, low=-_MAX_INT)
+        check_int("from_seq", from_seq, low=-_MAX_INT)
+        check_int("to_seq", to_seq, low=-_MAX_INT)
         return self._read(session_id, from_seq, to_seq, None if kinds is None else list(kinds))
 
     def _read(
@@ -506,7 +475,7 @@ class EventStore(
     ) -> StoredEvent | None:
         """The newest event of ``kind`` at or before ``as_of`` (default: the head), or
         ``None``: one indexed probe, whatever the session's length."""
-        _check_int("as_of", as_of)
+        check_int("as_of", as_of)
         return self._read_run(_sql.latest_of_kind, self.tenant, session_id, kind, as_of)
 
     def verify(
@@ -583,7 +552,7 @@ class EventStore(
         its cost follows the tail, not the session. ``view(as_of=k)`` equals the view built
         when the head was at ``k``, whatever was appended since.
         """
-        _check_int("as_of", as_of)
+        check_int("as_of", as_of)
         rows = self._read_alone(view_rows_at_once, view_rows, self.tenant, session_id, as_of)
         return assemble(rows, options, self.token_counter)
 
@@ -599,7 +568,7 @@ class EventStore(
 
     def forgotten(self, session_id: str, condensation_seq: int) -> Iterator[StoredEvent]:
         """Stream the events a condensation hid from the view."""
-        _check_int("condensation_seq", condensation_seq, low=-_MAX_INT)
+        check_int("condensation_seq", condensation_seq, low=-_MAX_INT)
         stored = self._run(_sql.read_event, self.tenant, session_id, condensation_seq)
         if stored is None or not isinstance(stored.event, Condensation):
             raise NotFoundError(f"no condensation at seq {condensation_seq} in {session_id}")

@@ -20,7 +20,7 @@ from conftest import corpus_files
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from eventstore import _plain, codec
+from eventstore import codec
 from eventstore.codec import (
     _COLUMNS,
     _EVENT_CLASSES,
@@ -420,8 +420,8 @@ def test_the_fast_path_knows_every_field_of_the_classes_it_writes(monkeypatch: A
     # A field added to Message or a part class must be taught to _message_plain (and to
     # _PLAIN_FIELDS); until then the fast path stays off and this test fails.
     assert codec._MESSAGE_FIELDS_KNOWN
-    monkeypatch.setitem(_plain._PLAIN_FIELDS, TextPart, frozenset({"type"}))
-    assert not _plain._plain_dump(TextPart)
+    monkeypatch.setitem(codec._PLAIN_FIELDS, TextPart, frozenset({"type"}))
+    assert not codec._plain_dump(TextPart)
 
 
 def test_the_payload_never_depends_on_which_path_wrote_it(monkeypatch: Any) -> None:
@@ -516,6 +516,6 @@ def test_a_validator_or_constraint_turns_the_proof_off() -> None:
         text: str = Field(max_length=3)
 
     assert codec._READ_BACK_PROVEN
-    assert _plain._validates_types_only(Message) and _plain._validates_types_only(TextPart)
-    assert not _plain._validates_types_only(Checked)
-    assert not _plain._validates_types_only(Bounded)
+    assert codec._validates_types_only(Message) and codec._validates_types_only(TextPart)
+    assert not codec._validates_types_only(Checked)
+    assert not codec._validates_types_only(Bounded)

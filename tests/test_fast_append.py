@@ -25,11 +25,10 @@ from eventstore import (
     StorageError,
     TextPart,
     ToolCallPart,
-    _bulk,
-    _encoding,
-    _fast,
-    _sql,
 )
+from eventstore._append import guarded, locked, postgres
+from eventstore._append import rows as row_maker
+from eventstore._append import sqlite as sqlite_statements
 from eventstore.codec import sole_text
 from eventstore.tokens import HeuristicTokenCounter
 
@@ -89,7 +88,7 @@ def test_fast_and_ordinary_paths_write_the_same_rows(
         fast_sid, slow_sid = str(uuid.uuid4()), str(uuid.uuid4())
         store.create_session(session_id=fast_sid)
         store.create_session(session_id=slow_sid)
-        ordinary = _counted(monkeypatch, _sql, "append")
+        ordinary = _counted(monkeypatch, locked, "write")
         for i in range(4):
             store.append(fast_sid, _batch(i))
         assert ordinary == [1]  # the first append learns the head; the rest are fast
@@ -117,7 +116,7 @@ def test_large_batches_take_the_fast_path_on_sqlite_only(
         store.create_session(session_id=fast_sid)
         store.create_session(session_id=slow_sid)
         batches = [[m for i in range(k, k + 35) for m in _batch(i % 60)] for k in (0, 35, 70)]
-        ordinary = _counted(monkeypatch, _sql, "append")
+        ordinary = _counted(monkeypatch, locked, "write")
         for batch in batches:
             store.append(fast_sid, batch)
         assert ordinary == [1 if sqlite else 3]
@@ -154,49 +153,19 @@ def _counting_ids(monkeypatch: pytest.MonkeyPatch) -> Callable[[], None]:
         n[0] += k
         return [f"id-{j:06d}" for j in range(n[0] - k, n[0])]
 
-    monkeypatch.setattr(_bulk, "new_ids", ids)
-    monkeypatch.setattr(_encoding, "new_ids", ids)
+    monkeypatch.setattr(row_maker, "new_ids", ids)
     return lambda: n.__setitem__(0, 0)
-
-
-def test_plain_rows_are_the_rows_encoding_then_collecting_makes(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    restart = _counting_ids(monkeypatch)
-    counter = HeuristicTokenCounter()
-    events = [m for i in range(30) for m in _common(i)]
-    made = _encoding.plain_rows(events, counter, 10**7, "s", 7, "f" * 64, _T0)
-    assert made is not None
-    restart()
-    rows = _bulk.BatchRows("s", 7, "f" * 64, _encoding.encode_all(events, counter, None, 10**7),
-                           None, None, _T0)  # fmt: skip
-    assert (made[0], made[1]) == rows.collect(sqlite=True)
-    assert made[2] == rows.head_hash
-    # Anything but a common message anywhere: the caller takes the general way.
-    for other in [
-        Message.user("own time").model_copy(update={"created_at": _T0}),
-        Message.user("own id").model_copy(update={"id": "mine"}),
-        Message(role="user", parts=[TextPart(text="m")], provider_metadata={"k": "v"}),
-        Message.user("lone \udc80"),
-        {"kind": "message", "role": "user", "parts": []},
-    ]:
-        assert _encoding.plain_rows([*events, other], counter, 10**7, "s", 7, None, _T0) is None
-    with pytest.raises(PayloadTooLargeError) as general:
-        _encoding.encode_all(events, counter, None, 600)
-    with pytest.raises(PayloadTooLargeError) as plain:
-        _encoding.plain_rows(events, counter, 600, "s", 7, None, _T0)
-    assert str(plain.value) == str(general.value)
 
 
 def test_a_batch_of_common_messages_is_written_in_one_pass(
     db_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """On SQLite a batch of common messages appended at a known head is made into rows in
-    one pass (no encoding first); what it stores reads back and verifies, the same rows as
-    the general path's but for ids, hashes and times. A batch with one other event, a
-    stale head, an expected seq not met and an oversized event all go the usual ways."""
+    """On SQLite a batch of common messages appended at a known head takes the guarded
+    path; what it stores reads back and verifies, the same rows as the locked path's but
+    for ids, hashes and times. A batch with one other event, a stale head, an expected
+    seq not met and an oversized event all go the usual ways."""
     sqlite = db_url.startswith("sqlite")
-    encodings = _counted(monkeypatch, _fast, "encode_for_append")
+    encodings = _counted(monkeypatch, locked, "write")
     with EventStore(db_url, tenant=f"t-{uuid.uuid4().hex}", upgrade=True) as store:
         one, two = store.create_session().id, store.create_session().id
         events = [m for i in range(10) for m in _common(i)]
@@ -221,7 +190,7 @@ def test_a_batch_of_common_messages_is_written_in_one_pass(
         # One event of another kind: the general path, for the whole batch.
         mixed = [*events[:30], Message.user("timed").model_copy(update={"created_at": _T0})]
         assert store.append(one, mixed) == list(range(43, 74))
-        assert encodings[0] == start + (2 if sqlite else 3)
+        assert encodings[0] == start + (1 if sqlite else 3)
         with pytest.raises(ConflictError):
             store.append(one, events, expected_seq=5)
         with pytest.raises(PayloadTooLargeError):
@@ -262,18 +231,15 @@ def test_bulk_batches_write_the_same_rows_as_small_appends(
     """A batch over ``BULK_MIN`` events goes through the driver (multi-row INSERTs or
     COPY): the stored rows are byte for byte those of the same events appended in small
     batches. 66 and 140 events cross SQLite's rows-per-INSERT with a remainder."""
-    calls = _counted(monkeypatch, _sql, "bulk_insert")
     events = [m for i in range(pairs) for m in _batch(i % 60)]
     with EventStore(db_url, tenant=f"t-{uuid.uuid4().hex}", upgrade=True) as store:
         bulk_sid, small_sid = str(uuid.uuid4()), str(uuid.uuid4())
         store.create_session(session_id=bulk_sid)
         store.create_session(session_id=small_sid)
         store.append(bulk_sid, events)
-        assert calls == [1]
         for i in range(0, len(events), 2):
             store._heads.drop(small_sid)
             store.append(small_sid, events[i : i + 2])
-        assert calls == [1]
         assert _rows(store, bulk_sid) == _rows(store, small_sid)
         assert store.verify(bulk_sid).ok
 
@@ -314,7 +280,7 @@ def test_bulk_rows_are_every_column_of_the_ordinary_paths_rows(
         for sid in sids:
             store.create_session(session_id=sid)
         store.append(sids[0], events, idempotency_key=key)  # the bulk path
-        monkeypatch.setattr(_sql, "BULK_MIN", 10**9)  # SQLAlchemy's executemany
+        monkeypatch.setattr(sqlite_statements, "BULK_MIN", 10**9)  # row by row
         store._heads.drop(sids[1])
         store.append(sids[1], events, idempotency_key=key)
         with store.engine.connect() as conn:
@@ -413,7 +379,7 @@ def test_the_fast_path_keeps_one_connection_and_gives_it_back(db_url: str) -> No
     assert [store.head(sid) for sid in sessions] == [21, 16, 16, 16]
     assert all(store.verify(sid).ok for sid in sessions)
     assert [i.position for i in store.tail()] == list(range(1, 70))
-    slot = store.__dict__["_driver_slot"]
+    slot = store._driver_slot
     kept = pool.checkedout()
     if db_url.startswith("sqlite"):
         assert kept == 1
@@ -508,8 +474,7 @@ def test_a_bulk_batch_with_a_bad_event_anywhere_writes_nothing(
 
 
 def test_an_encoding_reads_each_event_once_in_order() -> None:
-    from eventstore._encoding import Encoding, encode_all
-    from eventstore.tokens import HeuristicTokenCounter
+    from eventstore._append.encode import Encoding, encode_all
 
     class Counting(HeuristicTokenCounter):
         calls = 0
@@ -573,7 +538,6 @@ def test_a_connection_lost_under_a_fast_append_neither_loses_nor_doubles_it(
     """The server drops the kept connection (a restart, a failover): the next append is
     written exactly once, and an append whose outcome was lost with its connection is
     recognised by its hash instead of being written again."""
-    from eventstore._fast import landed
 
     store, drop = droppable
     sid = store.create_session().id
@@ -585,8 +549,10 @@ def test_a_connection_lost_under_a_fast_append_neither_loses_nor_doubles_it(
     assert texts == ["one", "two", "three"]
     assert store.verify(sid).ok
     head_hash = list(store.read(sid))[-1].hash
-    assert landed(store, sid, 3, head_hash)
-    assert not landed(store, sid, 3, "0" * 64) and not landed(store, sid, 4, head_hash)
+    assert guarded.landed(store, sid, 3, head_hash)
+    assert not guarded.landed(store, sid, 3, "0" * 64) and not guarded.landed(
+        store, sid, 4, head_hash
+    )
 
 
 def test_a_view_after_the_server_dropped_its_connection_reads_again(
@@ -752,87 +718,6 @@ def test_times_are_stored_alike_on_every_path(db_url: str) -> None:
         assert store.verify(fast_sid).ok and store.verify(slow_sid).ok
 
 
-@pytest.mark.parametrize("sqlite", [True, False])
-def test_one_event_rows_are_the_streamed_rows(sqlite: bool) -> None:
-    """A single append's rows (BatchRows._one) are what the batch loop makes for it."""
-    from datetime import timedelta, timezone
-
-    from eventstore._bulk import BatchRows
-    from eventstore._encoding import encode_all
-    from eventstore.codec import chain_hash
-    from eventstore.tokens import HeuristicTokenCounter
-
-    now = datetime(2025, 1, 2, 3, 4, 5, 6, tzinfo=UTC)
-    east = timezone(timedelta(hours=5, minutes=30))
-    old, abroad = datetime(987, 6, 5, tzinfo=UTC), datetime(2024, 5, 6, 7, 8, tzinfo=east)
-    evts: list[Any] = [
-        Message.user("no time, no id"),
-        Message(role="user", parts=[TextPart(text="old")], created_at=old),
-        Message(role="user", parts=[TextPart(text="abroad")], created_at=abroad, id="e1"),
-        {"kind": "message", "role": "user", "parts": [{"type": "text", "text": "dict"}],
-         "created_at": "2024-05-06T07:08:09.123456Z", "id": "given"},
-        Message.tool("c9", "o", name="ls"),
-        Condensation(forgotten_from=1, forgotten_to=2, summary="s"),
-        Prune(targets=[PartRef(seq=1, index=0)]),
-    ]  # fmt: skip
-    for evt in evts:
-        enc = encode_all([evt], HeuristicTokenCounter(), None, 1 << 30)
-        one = BatchRows("s1", 7, "h" * 64, enc, None, None, now)
-        got_events, got_parts = one.collect(sqlite)
-        loop = BatchRows("s1", 7, "h" * 64, enc, None, None, now)
-        want_parts: list[tuple[Any, ...]] = []
-        want_events = list(loop.stream(sqlite, want_parts))
-        assert len(got_events) == len(want_events) == 1
-        got, want = got_events[0], want_events[0]
-        if enc[0].event.id is None:  # a fresh id each: the rest must match, the hash on its own
-            assert got[3:-1] == want[3:-1] and got[:2] == want[:2]
-            created = enc[0].event.created_at or now
-            assert got[-1] == chain_hash("h" * 64, 8, got[2], got[3], created, got[5])
-        else:
-            assert got == want
-        assert got_parts == want_parts
-        assert (one.seq, one.head_hash, one.newest) == (loop.seq, got[-1], loop.newest)
-        assert [(s, type(e)) for s, e, _ in one.prunes] == [(s, type(e)) for s, e, _ in loop.prunes]
-
-
-@pytest.mark.parametrize("key", [None, "k1"])
-@pytest.mark.parametrize("sqlite", [True, False])
-def test_driver_rows_are_the_dict_rows_in_column_order(key: str | None, sqlite: bool) -> None:
-    from eventstore._bulk import _EVENT_COLS, _PART_COLS, BatchRows, _sqlite_ts
-    from eventstore._encoding import encode_all
-    from eventstore.codec import batch_digest, chain_hash
-    from eventstore.tokens import HeuristicTokenCounter
-
-    old = datetime(987, 6, 5, 4, 3, 2, 1, tzinfo=UTC)  # formatted the platform's way
-    evts: list[Any] = [*_batch(1), Message.user("no time"), *_batch(2)]
-    evts.append(Message(role="user", parts=[TextPart(text="old")], created_at=old, id="x-1"))
-    evts.append(Condensation(forgotten_from=1, forgotten_to=2, summary="s", id="x-2"))
-    evts.append(Prune(targets=[PartRef(seq=1, index=0)]))
-    evts.append(Message.tool("c9", "o", name="ls").model_copy(update={"id": "x-3"}))
-    enc = encode_all(evts, HeuristicTokenCounter(), None, 1 << 30)
-    now = datetime(2025, 1, 2, 3, 4, 5, 6, tzinfo=UTC)
-    digest = batch_digest(enc) if key else None
-    dicts = BatchRows("s1", 7, "h" * 64, enc, key, digest, now)
-    want = list(dicts)
-    rows = BatchRows("s1", 7, "h" * 64, enc, key, digest, now)
-    got_events, got_parts = rows.collect(sqlite)
-    assert (rows.seq, rows.newest) == (dicts.seq, dicts.newest) == (7 + len(evts), now)
-    assert rows.head_hash == got_events[-1][-1]
-    assert [(s, type(e)) for s, e, _ in rows.prunes] == [(s, type(e)) for s, e, _ in dicts.prunes]
-    prev = "h" * 64
-    for (row, _parts), got in zip(want, got_events, strict=True):
-        # Fresh ids differ between the two runs: each row's hash is checked on its own id.
-        row = {**row, "id": got[2], "hash": got[-1]}
-        if sqlite:
-            row["created_at"] = _sqlite_ts(row["created_at"])
-        assert got == tuple(row[c] for c in _EVENT_COLS)
-        created = evts[row["seq"] - 8].created_at or now
-        assert got[-1] == chain_hash(prev, row["seq"], got[2], row["kind"], created, row["payload"])
-        prev = got[-1]
-    want_parts = [tuple(p[c] for c in _PART_COLS) for _, parts_of in want for p in parts_of]
-    assert got_parts == want_parts
-
-
 def _pg_store(db_url: str, **kw: Any) -> EventStore:
     if db_url.startswith("sqlite"):
         pytest.skip("Postgres only: statements prepared through libpq")
@@ -855,11 +740,11 @@ def test_fast_appends_on_postgres_run_one_prepared_statement_and_prepare_it_agai
     with _pg_store(db_url) as store:
         sid = store.create_session().id
         store.append(sid, [Message.user("learn the head")])
-        calls = _counted(monkeypatch, _sql, "append")
+        calls = _counted(monkeypatch, locked, "write")
         for i in range(3):
             store.append(sid, [Message.user(f"text {i}")])
         store.append(sid, _batch(0))
-        db = store.__dict__["_driver_slot"]._free[-1].driver_connection
+        db = store._driver_slot._free[-1].driver_connection
         names = [n for n in _prepared_names(db) if n.startswith("eventstore_append_")]
         assert len(names) == 2  # one event with one part; two events with one part each
         db.pgconn.exec_(b"DEALLOCATE ALL")
@@ -889,10 +774,10 @@ def test_a_connection_not_speaking_utf8_takes_psycopgs_execute(
         sid = store.create_session().id
         store.append(sid, [Message.user("learn the head")])
         store.append(sid, [Message.user("fast, in UTF-8")])
-        db = store.__dict__["_driver_slot"]._free[-1].driver_connection
+        db = store._driver_slot._free[-1].driver_connection
         db.pgconn.exec_(b"DEALLOCATE ALL")
         db.pgconn.exec_(b"SET client_encoding TO 'LATIN1'")
-        monkeypatch.setattr(_sql, "append", None)  # the ordinary path would fail
+        monkeypatch.setattr(locked, "write", None)  # the locked path would fail
         store.append(sid, [Message.user("café, fast")])
         store.append(sid, _batch(1))
         monkeypatch.undo()
@@ -911,7 +796,7 @@ def test_prepared_parameters_are_postgres_text_or_refused() -> None:
     way, which maps the error."""
     import psycopg
 
-    from eventstore._fast import _pg_text
+    _pg_text = postgres._text
 
     when = datetime(2025, 5, 6, 7, 8, 9, 123456, tzinfo=UTC)
     assert _pg_text(None) is None
@@ -927,11 +812,20 @@ def test_prepared_parameters_are_postgres_text_or_refused() -> None:
 
 
 def test_prepared_parameter_list_is_each_parameter_in_text_form() -> None:
-    """``_pg_values`` (one loop over a batch's parameters, each time formatted once) gives
-    exactly what ``_pg_text`` gives for each of ``_pg_params``, and refuses the same."""
+    """The prepared path's parameters (one loop over a batch's parameters, each time
+    formatted once) are exactly what ``_text`` gives for each parameter, and refuse the
+    same."""
     import psycopg
 
-    from eventstore._fast import _pg_params, _pg_text, _pg_values
+    from eventstore._append.rows import Write
+
+    _pg_text = postgres._text
+
+    def _pg_params(*args: Any) -> list[Any]:
+        return postgres._params(Write(*args))
+
+    def _pg_values(*args: Any) -> list[bytes | None]:
+        return postgres._text_values(Write(*args))
 
     t1 = datetime(2025, 5, 6, 7, 8, 9, 123456, tzinfo=UTC)
     t2 = datetime(2025, 5, 6, 7, 8, 10, tzinfo=timezone(timedelta(hours=-3)))

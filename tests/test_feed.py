@@ -24,8 +24,8 @@ from eventstore import (
     NotFoundError,
     SchemaError,
     _feed,
-    _sql,
 )
+from eventstore._append import locked
 
 
 def _keys(items: list[Any]) -> list[tuple[str, int]]:
@@ -145,7 +145,7 @@ def test_a_late_commit_is_not_skipped(db_url: str, backend: str) -> None:
         b = store.create_session()
         encoded = store._encode([Message.user("A, committed late")])
         with store._tx(write=True) as conn:
-            _sql.append(conn, tenant, a.id, encoded, expected_seq=None, idempotency_key=None)
+            locked.write(conn, tenant, a.id, encoded, expected_seq=None, idempotency_key=None)
             store.append(b.id, [Message.user("B, committed first")])  # another connection
             first = list(store.tail())
             assert _keys(first) == [(b.id, 1)]
@@ -258,7 +258,7 @@ def test_every_path_that_moves_a_head_feeds_the_tail(api_store: Any) -> None:
     api_store.append(s.id, [Message.user("keyed")], idempotency_key="k")
     api_store.append(s.id, [Message.user("keyed")], idempotency_key="k")  # a replay: no range
     api_store.append(s.id, [Message.user(f"bulk {i}") for i in range(20)])
-    # A keyed bulk batch: its first row is written apart from the rest (see _bulk).
+    # A keyed bulk batch: its first row is written apart from the rest.
     api_store.append(
         s.id, [Message.user(f"keyed bulk {i}") for i in range(20)], idempotency_key="b"
     )

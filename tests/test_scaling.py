@@ -474,7 +474,7 @@ def test_reads_go_to_the_replica_and_see_this_stores_writes(
         try:
             writer.append(s.id, [Message.user("two")])  # the fast path
             # Noting the write's position left the kept connection outside a transaction.
-            kept = writer.__dict__["_driver_slot"]._free[-1].driver_connection
+            kept = writer._driver_slot._free[-1].driver_connection
             assert kept.pgconn.transaction_status == 0
             time.sleep(0.05)
             # The replica is stuck before "two": a store that did not write reads there

@@ -20,6 +20,7 @@ from typing import IO, TypeVar
 from sqlalchemy.engine import Connection
 
 from .. import _sql
+from .._append import locked
 from ..codec import Encoded, encode_event
 from ..codec import new_id as fresh_id
 from ..errors import EventStoreError
@@ -76,7 +77,7 @@ def import_transcripts(
             head = 0
             for batch in _batches(rows, batch_size):
                 try:
-                    head = _sql.append(
+                    head = locked.write(
                         conn, store.tenant, s.id, batch, expected_seq=head, idempotency_key=None
                     ).head_seq
                 except EventStoreError as exc:
@@ -206,7 +207,7 @@ def _check_head_hash(
 
     Each hash chains over the previous one, so equal heads mean every hash is equal.
     """
-    head, stored = _sql.lock_head(conn, store.tenant, session_id)
+    head, stored = locked.lock_head(conn, store.tenant, session_id)
     if head != len(expected) or stored != expected[-1]:
         raise ImportFormatError(
             f"session {session_id}: the imported events hash to {(stored or '')[:16]}... at "

@@ -1,0 +1,89 @@
+"""The write path, top-down: :func:`append` encodes a batch (:mod:`.encode`), then writes
+it *guarded* when the store remembers the session's head (:mod:`.guarded`: one statement
+that moves the head only if it is still there) or *locked* (:mod:`.locked`: the head read
+under the write lock). Both make their rows with the one row maker (:mod:`.rows`) and
+write them with their backend's statements (:mod:`.sqlite`, :mod:`.postgres`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from typing import Any, Protocol, TypeVar
+
+from sqlalchemy.engine import Connection, Engine
+
+from ..codec import Encoded
+from ..events import Event
+from ..records import AppendResult
+from ..tokens import TokenCounter
+from . import guarded, locked, postgres
+from .encode import Encoding, encode_all
+from .guarded import DriverSlot, HeadCache
+
+__all__ = ["Store", "append", "encode", "HeadCache", "DriverSlot"]
+
+T = TypeVar("T")
+
+
+class Store(Protocol):
+    """What the write path needs from a store (:class:`~eventstore.EventStore`)."""
+
+    tenant: str
+    dialect: str
+    engine: Engine
+    token_counter: TokenCounter
+    blob_threshold: int | None
+    max_event_bytes: int
+    _heads: HeadCache
+    _driver_slot: DriverSlot | None
+    _lock_local: bool
+    _timeouts: Any
+    _replica: Any
+
+    def _open_schema(self) -> None: ...
+
+    def _tx(self, write: bool = False) -> AbstractContextManager[Connection]: ...
+
+    def _run(self, fn: Callable[..., T], *args: Any, write: bool = False, **kw: Any) -> T: ...
+
+    def head(self, session_id: str) -> int: ...
+
+
+def encode(
+    store: Store, events: Sequence[Event | dict[str, Any]], idempotency_key: str | None = None
+) -> Sequence[Encoded]:
+    """``events`` checked and encoded with ``store``'s settings. A Postgres batch for the
+    locked path's ``COPY`` comes as an :class:`Encoding`, each event encoded as the rows
+    before it are sent (unless it has an idempotency key, whose digest needs every payload
+    first)."""
+    args = (store.token_counter, store.blob_threshold, store.max_event_bytes)
+    if (
+        store.dialect == "postgresql"
+        and idempotency_key is None
+        and isinstance(events, Sequence)
+        and len(events) > postgres.MAX_GUARDED_BATCH
+    ):
+        return Encoding(events, *args)
+    return encode_all(events, *args)
+
+
+def append(
+    store: Store,
+    session_id: str,
+    events: Sequence[Event | dict[str, Any]],
+    expected_seq: int | None,
+    idempotency_key: str | None,
+) -> tuple[list[int], int, str | None] | AppendResult:
+    """Append ``events``: the seqs, new head seq and hash of a guarded append, or the
+    locked append's :class:`~eventstore.AppendResult` (a guarded append builds no result
+    model: :meth:`~eventstore.EventStore.append` needs only the seqs)."""
+    encoded = encode(store, events, idempotency_key)
+    known = guarded.known_head(store, session_id, expected_seq)
+    if known is not None and guarded.eligible(
+        encoded, idempotency_key, store.dialect == "postgresql"
+    ):
+        done = guarded.append(store, session_id, encoded, *known)
+        if done is not None:
+            return done
+    return locked.append(store, session_id, encoded, expected_seq, idempotency_key)

@@ -1,0 +1,257 @@
+"""Every write statement of an append on Postgres, on psycopg connections and cursors.
+
+The head moves two ways, side by side below, and both queue the appended range for the
+tenant feed in the same statement (see :mod:`eventstore._feed`):
+
+* *guarded*: one data-modifying statement, its own transaction: ``UPDATE sessions ...
+  WHERE head_seq = <remembered> AND head_hash = <remembered>`` in a CTE, and the
+  ``events`` and ``parts`` inserts guarded by it. If another writer moved the head, the
+  update matches no row (Postgres re-checks the condition after waiting for the row
+  lock) and nothing is inserted. Its text is fixed per batch shape, so it is prepared
+  once per connection and sent through libpq (:func:`write_guarded_prepared`).
+* *locked*: the head was read ``FOR UPDATE`` in the caller's transaction; the rows go by
+  ``COPY`` (:func:`copy_rows`) and the head moves unconditionally (:func:`move_head`).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import re
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy.dialects import postgresql
+
+from ..schema import events, parts
+from .rows import EVENT_COLUMNS, PART_COLUMNS, Write
+
+__all__ = [
+    "MAX_GUARDED_BATCH",
+    "write_guarded",
+    "write_guarded_prepared",
+    "move_head",
+    "copy_rows",
+    "libpq",
+]
+
+#: Larger batches go the locked way, where ``COPY`` streams the rows: one statement with
+#: thousands of parameters costs more to parse than the round trips it saves.
+MAX_GUARDED_BATCH = 16
+
+
+def _types(table: Any, names: tuple[str, ...]) -> tuple[str, ...]:
+    """Each column's Postgres type, as the schema declares it but without a length (the
+    guarded statement's ``VALUES`` need the types, a bare parameter there being text; a
+    cast to ``varchar(n)`` would cut a longer value where the column refuses it)."""
+    dialect = postgresql.dialect()
+    return tuple(re.sub(r"\(\d+\)", "", table.c[n].type.compile(dialect=dialect)) for n in names)
+
+
+_EVENT_TYPES = _types(events, EVENT_COLUMNS)
+_PART_TYPES = _types(parts, PART_COLUMNS)
+# The range, queued for the tenant feed as the head moves.
+_QUEUE_FEED = (
+    "INSERT INTO feed_pending (session_id, from_seq, to_seq, tenant, queued_at) "
+    "SELECT id, %s::integer, %s::integer, tenant, clock_timestamp() FROM h"
+)
+_LOCKED_HEAD = (
+    "WITH h AS (UPDATE sessions SET head_seq = %s, head_hash = %s, updated_at = %s "
+    f"WHERE id = %s RETURNING id, tenant) {_QUEUE_FEED}"
+)
+_COPY_EVENTS = f"COPY events ({', '.join(EVENT_COLUMNS)}) FROM STDIN"
+_COPY_PARTS = f"COPY parts ({', '.join(PART_COLUMNS)}) FROM STDIN"
+
+
+def move_head(
+    cur: Any, session_id: str, head: int, new_seq: int, new_hash: str | None, newest: datetime
+) -> None:
+    """A locked append's head move from ``head`` to ``new_seq``, queueing the range for
+    the feed."""
+    cur.execute(_LOCKED_HEAD, (new_seq, new_hash, newest, session_id, head + 1, new_seq))
+
+
+def copy_rows(
+    cur: Any, event_rows: Iterable[tuple[Any, ...]], part_rows: list[tuple[Any, ...]]
+) -> None:
+    """``COPY`` a locked append's rows; ``part_rows`` may fill as ``event_rows`` are made
+    (a :class:`~.rows.Rows` and its ``parts``). Each row is then made while psycopg sends
+    the ones before it and the server inserts them: the two overlap (an event refused on
+    the way stops the COPY, and the transaction with it). Text COPY: binary COPY with the
+    column types set up front measured no faster (the server's inserts, not the parsing,
+    are the cost)."""
+    with cur.copy(_COPY_EVENTS) as copy:
+        for r in event_rows:
+            copy.write_row(r)
+    if part_rows:
+        with cur.copy(_COPY_PARTS) as copy:
+            for r in part_rows:
+                copy.write_row(r)
+
+
+class _Statement:
+    """A guarded append's statement for one batch shape: its text with psycopg's ``%s``
+    placeholders, and with libpq's ``$n`` ones under the name it is prepared as."""
+
+    __slots__ = ("text", "numbered", "name")
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        pieces = text.split("%s")
+        self.numbered = "".join(
+            f"{piece}${i}" if i < len(pieces) else piece for i, piece in enumerate(pieces, 1)
+        ).encode()
+        self.name = b"eventstore_append_" + hashlib.sha1(self.numbered).hexdigest()[:16].encode()
+
+
+@functools.cache
+def _guarded(events: int, parts: int) -> _Statement:
+    """The one statement of a guarded append of ``events`` events with ``parts`` parts."""
+
+    def values(types: tuple[str, ...], rows: int) -> str:
+        group = "(" + ", ".join(f"%s::{t}" for t in types) + ")"
+        return ", ".join([group] * rows)
+
+    sql = (
+        "WITH h AS (UPDATE sessions SET head_seq = %s, head_hash = %s, updated_at = %s "
+        "WHERE id = %s AND tenant = %s AND head_seq = %s "
+        "AND head_hash IS NOT DISTINCT FROM %s AND deleted_at IS NULL RETURNING id, tenant), "
+        f"f AS ({_QUEUE_FEED}), "
+        f"e AS (INSERT INTO events ({', '.join(EVENT_COLUMNS)}) "
+        f"SELECT * FROM (VALUES {values(_EVENT_TYPES, events)}) AS v "
+        "WHERE EXISTS (SELECT 1 FROM h))"
+    )
+    if parts:
+        sql += (
+            f", p AS (INSERT INTO parts ({', '.join(PART_COLUMNS)}) "
+            f"SELECT * FROM (VALUES {values(_PART_TYPES, parts)}) AS v "
+            "WHERE EXISTS (SELECT 1 FROM h))"
+        )
+    return _Statement(sql + " SELECT count(*) FROM h")
+
+
+def _params(w: Write) -> list[Any]:
+    params: list[Any] = [w.seq, w.new_hash, w.newest, w.session_id, w.tenant, w.head,
+                         w.head_hash, w.head + 1, w.seq]  # fmt: skip
+    for r in w.event_rows:
+        params += r
+    for r in w.part_rows:
+        params += r
+    return params
+
+
+def write_guarded(cur: Any, w: Write) -> bool:
+    """A guarded append on a psycopg cursor; ``False`` (nothing written) when the head
+    moved."""
+    cur.execute(_guarded(len(w.event_rows), len(w.part_rows)).text, _params(w))
+    row = cur.fetchone()
+    return bool(row and row[0])
+
+
+def _text_values(w: Write) -> list[bytes | None]:
+    """:func:`_params` in Postgres's text format (what :func:`_text` makes of each), in
+    one loop: the common types inline, and the time every row of a batch and the head
+    shares formatted once."""
+    out: list[bytes | None] = []
+    add = out.append
+    last: Any = None
+    last_text: bytes | None = None
+    for value in _params(w):
+        t = type(value)
+        if t is str:
+            if "\x00" in value:
+                raise _nul_refused()
+            add(value.encode())
+        elif value is None:
+            add(None)
+        elif t is int:
+            add(b"%d" % value)
+        elif value is last:
+            add(last_text)
+        else:
+            last, last_text = value, _text(value)
+            add(last_text)
+    return out
+
+
+def _text(value: Any) -> bytes | None:
+    """A parameter in Postgres's text format, as psycopg would send it."""
+    if value is None:
+        return None
+    t = type(value)
+    if t is str:
+        if "\x00" in value:
+            raise _nul_refused()
+        return value.encode()
+    if t is int:
+        return str(value).encode()
+    if isinstance(value, datetime) and value.tzinfo is not None:
+        return value.isoformat().encode()
+    raise TypeError(f"no text form for a guarded-append parameter of type {t.__name__}")
+
+
+class Libpq:
+    """What the prepared path needs from psycopg, imported on first use (a store on
+    SQLite never loads the driver)."""
+
+    def __init__(self) -> None:
+        from psycopg import DataError, errors, pq
+
+        self.DataError = DataError
+        self.error_from_result = errors.error_from_result
+        self.IDLE = pq.TransactionStatus.IDLE
+        self.ACTIVE = pq.TransactionStatus.ACTIVE
+        self.FATAL = pq.ExecStatus.FATAL_ERROR
+        self.COMMAND_OK = pq.ExecStatus.COMMAND_OK
+        self.TUPLES_OK = pq.ExecStatus.TUPLES_OK
+        self.SQLSTATE = pq.DiagnosticField.SQLSTATE
+
+
+@functools.cache
+def libpq() -> Libpq:
+    """The psycopg names the prepared path uses (imported once)."""
+    return Libpq()
+
+
+def _nul_refused() -> Exception:
+    """What psycopg raises for a NUL in a text parameter (libpq would cut the text there)."""
+    return libpq().DataError("PostgreSQL text fields cannot contain NUL (0x00) bytes")
+
+
+def write_guarded_prepared(db: Any, w: Write) -> bool:
+    """:func:`write_guarded` through libpq on a psycopg connection outside any transaction
+    (the statement is then its own): the statement prepared once per connection, its
+    parameters sent in text format. psycopg's own ``execute`` costs about as much client
+    CPU as the rest of a one-event append, and on a machine where the client and the
+    server share cores that is the writers' throughput. A connection that does not speak
+    UTF-8 takes psycopg's cursor, which encodes for it."""
+    pq = libpq()
+    pgconn = db.pgconn
+    if pgconn.transaction_status != pq.IDLE:
+        # Nothing of the guarded path's is open on a connection it was given: a
+        # transaction left on it is rolled back, not written into (nor kept open for good).
+        db.rollback()
+    if pgconn.parameter_status(b"client_encoding") != b"UTF8":
+        auto = db.autocommit
+        if not auto:
+            db.autocommit = True
+        try:
+            with db.cursor() as cur:
+                return write_guarded(cur, w)
+        finally:
+            if not auto:
+                db.autocommit = False
+    stmt = _guarded(len(w.event_rows), len(w.part_rows))
+    values = _text_values(w)
+    res = pgconn.exec_prepared(stmt.name, values)
+    if res.status == pq.FATAL and res.error_field(pq.SQLSTATE) == b"26000":
+        # Not prepared on this connection yet (or deallocated since: psycopg deallocates
+        # every prepared statement when it rolls a transaction back).
+        made = pgconn.prepare(stmt.name, stmt.numbered)
+        if made.status != pq.COMMAND_OK:
+            raise pq.error_from_result(made, encoding="utf-8")
+        res = pgconn.exec_prepared(stmt.name, values)
+    if res.status != pq.TUPLES_OK:
+        raise pq.error_from_result(res, encoding="utf-8")
+    return res.get_value(0, 0) not in (None, b"0")
