@@ -5,12 +5,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ._search import SearchHit
+    from ._features.search import SearchHit
     from .budget import Budget
     from .errors import (
         BudgetError,
         ConfigurationError,
         ConflictError,
+        ConnectionDropped,
         EventStoreError,
         IdempotencyError,
         IdempotencyMismatchError,
@@ -63,6 +64,7 @@ _LAZY: dict[str, str] = {
     "CondensationRequest": "events",
     "ConfigurationError": "errors",
     "ConflictError": "errors",
+    "ConnectionDropped": "errors",
     "Custom": "events",
     "Delta": "events",
     "Dequeued": "events",
@@ -90,7 +92,7 @@ _LAZY: dict[str, str] = {
     "RunState": "events",
     "SchemaError": "errors",
     "SessionExistsError": "errors",
-    "SearchHit": "_search",
+    "SearchHit": "_features.search",
     "Session": "records",
     "StorageBusyError": "errors",
     "StorageError": "errors",
@@ -123,6 +125,7 @@ __all__ = [
     "CondensationRequest",
     "ConfigurationError",
     "ConflictError",
+    "ConnectionDropped",
     "Custom",
     "Delta",
     "Dequeued",

@@ -17,7 +17,7 @@ from sqlalchemy import event
 from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.exc import DBAPIError, OperationalError
 
-from .errors import EventStoreError, StorageBusyError, StorageError
+from .errors import ConnectionDropped, EventStoreError, StorageBusyError, StorageError
 
 __all__ = [
     "DEFAULT_URL",
@@ -26,8 +26,6 @@ __all__ = [
     "configure_sqlite",
     "configure_postgres",
     "Timeouts",
-    "ConnectionDropped",
-    "ReadAgain",
     "driver_error",
     "map_db_error",
     "busy_error",
@@ -132,20 +130,6 @@ def busy_error(exc: BaseException, timeouts: Timeouts | None = None) -> StorageB
             "is safe to repeat), or raise EventStore(..., lock_timeout_ms=N)"
         )
     return None
-
-
-class ReadAgain(StorageError):
-    """:class:`StorageError` for a read that may be made again at once: what failed was
-    the connection's, not the read's (the store makes it again, once)."""
-
-    #: For a write: lost before its commit was sent, so nothing of it was kept.
-    rolled_back = False
-
-
-class ConnectionDropped(ReadAgain):
-    """The server closed the connection (a restart, a failover): SQLAlchemy has taken it
-    out of the pool, so a read may be made again at once, and so may a write whose
-    transaction was lost before its commit (``rolled_back``)."""
 
 
 def driver_error(conn: Connection, exc: Any) -> DBAPIError:

@@ -1,7 +1,6 @@
 """How :class:`~eventstore.AsyncEventStore` is derived from :class:`~eventstore.EventStore`:
 each coroutine runs the synchronous method, one whole transaction, in a worker thread, and
-each async iterator pulls the synchronous iterator a page at a time. Also the function
-forms of two store methods, which work with either store."""
+each async iterator pulls the synchronous iterator a page at a time."""
 
 from __future__ import annotations
 
@@ -11,7 +10,7 @@ import itertools
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
-__all__ = ["awaitable", "streaming", "record_llm_call", "calibrated_tokens"]
+__all__ = ["awaitable", "streaming"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -50,18 +49,3 @@ def streaming(
                 return
 
     return stream
-
-
-def record_llm_call(
-    store: Any, session_id: str, view: Any, response: Any = None, **kwargs: Any
-) -> int:
-    """``store.record_llm_call(session_id, view, response, ...)``, as a function.
-
-    Works with either store: with an :class:`AsyncEventStore` it returns the coroutine.
-    """
-    return store.record_llm_call(session_id, view, response, **kwargs)
-
-
-def calibrated_tokens(store: Any, view: Any) -> int:
-    """``store.calibrated_tokens(view)``, as a function (a coroutine for the async store)."""
-    return store.calibrated_tokens(view)

@@ -264,7 +264,7 @@ def partition_by_session(engine: Engine, partitions: int) -> list[str]:
         raise SchemaError(f"--partition: a number of partitions of 2 or more, not {partitions!r}")
     if partitions > 1024:
         raise SchemaError(f"--partition: at most 1024 partitions, not {partitions}")
-    from .schema import _PG_TRIGGERS, RARE_KIND
+    from .schema import PG_TRIGGERS, RARE_KIND
 
     with engine.begin() as conn:
         _require_postgres_at_head(conn, "partitioning by session")
@@ -303,7 +303,7 @@ def partition_by_session(engine: Engine, partitions: int) -> list[str]:
             f"ON events (session_id, kind, seq) WHERE {RARE_KIND}",
             "ALTER TABLE parts ADD CONSTRAINT pk_parts PRIMARY KEY (session_id, seq, idx)",
         ]
-        statements += [sql for _, table, sql in _PG_TRIGGERS if table in _PARTITIONED]
+        statements += [sql for _, table, sql in PG_TRIGGERS if table in _PARTITIONED]
         # Statement triggers stay on the table they are created on: a TRUNCATE aimed at
         # one partition needs its own guard.
         for table in _PARTITIONED:

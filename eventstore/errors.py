@@ -15,7 +15,10 @@ The tree::
     │   └── IdempotencyMismatchError   same key, different events
     ├── SchemaError              the database schema is missing, behind or ahead
     ├── StorageError             the database failed in a way not mapped more precisely
-    │   └── StorageBusyError     a lock wait ran past its timeout; retry
+    │   ├── StorageBusyError     a lock wait ran past its timeout; retry
+    │   └── ReadAgain            a read the store makes again, once, on a fresh connection
+    │       └── ConnectionDropped    the server closed the connection (a restart, a
+    │                                failover); raised by a write that may have committed
     ├── BudgetError              a token budget cannot be built (also: ValueError)
     ├── ConfigurationError       a setting is out of range (also: ValueError)
     └── SummaryError             (condensers) a summary model call failed or misbehaved
@@ -34,6 +37,8 @@ __all__ = [
     "IdempotencyError",
     "StorageError",
     "StorageBusyError",
+    "ReadAgain",
+    "ConnectionDropped",
     "IdempotencyMismatchError",
     "BudgetError",
     "ConfigurationError",
@@ -119,3 +124,18 @@ class BudgetError(EventStoreError, ValueError):
 class ConfigurationError(EventStoreError, ValueError):
     """A setting is out of range (a condenser's fraction, a store option); the message
     names the setting and its valid range."""
+
+
+class ReadAgain(StorageError):
+    """:class:`StorageError` for a read that may be made again at once: what failed was
+    the connection's, not the read's. The store makes it again, once; it reaches a caller
+    only when that fails too."""
+
+    #: For a write: lost before its commit was sent, so nothing of it was kept.
+    rolled_back = False
+
+
+class ConnectionDropped(ReadAgain):
+    """The server closed the connection (a restart, a failover): SQLAlchemy has taken it
+    out of the pool, so a read may be made again at once, and so may a write whose
+    transaction was lost before its commit (``rolled_back``)."""

@@ -233,7 +233,7 @@ fork_compactions = Table(
 # tenant (a row per range: ``position_start..position_end``, dense, one position per
 # event), so a follower can read "everything after position P" across sessions and never
 # skip an event. Positions are assigned in commit order, by a reader of the feed (see
-# ``eventstore._feed``), never by the append itself: on SQLite from the order the events
+# ``eventstore._features.feed``), never by the append itself: on SQLite from the order the events
 # table's rows were inserted in (its rowids: writers take turns, each holding the database
 # lock until it commits, and events are never deleted), past the last event numbered,
 # which ``feed_cursor`` names; on Postgres the statement that moves the head queues the
@@ -338,7 +338,7 @@ def drop_feed_trigger_ddl(dialect: str) -> list[str]:
     raise ValueError(f"unsupported dialect {dialect!r}")
 
 
-_SQLITE_TRIGGERS = [
+SQLITE_TRIGGERS = [
     (
         "events_append_only_update",
         """CREATE TRIGGER events_append_only_update BEFORE UPDATE ON events
@@ -402,7 +402,7 @@ END;
 $$ LANGUAGE plpgsql""",
 ]
 
-_PG_TRIGGERS = [
+PG_TRIGGERS = [
     (
         "events_append_only",
         "events",
@@ -445,18 +445,18 @@ FOR EACH ROW EXECUTE FUNCTION eventstore_reject_change()""",
 def trigger_ddl(dialect: str) -> list[str]:
     """DDL that installs the append-only guards for ``dialect``."""
     if dialect == "sqlite":
-        return [sql for _, sql in _SQLITE_TRIGGERS]
+        return [sql for _, sql in SQLITE_TRIGGERS]
     if dialect == "postgresql":
-        return _PG_FUNCTIONS + [sql for _, _, sql in _PG_TRIGGERS]
+        return _PG_FUNCTIONS + [sql for _, _, sql in PG_TRIGGERS]
     raise ValueError(f"unsupported dialect {dialect!r}")
 
 
 def drop_trigger_ddl(dialect: str) -> list[str]:
     """DDL that removes the guards (used by downgrades)."""
     if dialect == "sqlite":
-        return [f"DROP TRIGGER IF EXISTS {name}" for name, _ in _SQLITE_TRIGGERS]
+        return [f"DROP TRIGGER IF EXISTS {name}" for name, _ in SQLITE_TRIGGERS]
     if dialect == "postgresql":
-        return [f"DROP TRIGGER IF EXISTS {name} ON {table}" for name, table, _ in _PG_TRIGGERS] + [
+        return [f"DROP TRIGGER IF EXISTS {name} ON {table}" for name, table, _ in PG_TRIGGERS] + [
             "DROP FUNCTION IF EXISTS eventstore_parts_compact_once()",
             "DROP FUNCTION IF EXISTS eventstore_reject_change()",
         ]

@@ -30,15 +30,14 @@ from sqlalchemy import create_engine
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
-from . import _append, _blobs, _purge, _sql
+from . import _append, _sql
 from ._append import guarded
-from ._append.checks import MAX_COLUMN_INT, check_int
 from ._append.encode import encode_all
+from ._append.store import DriverSlot, HeadCache
+from ._checks import MAX_COLUMN_INT, check_int
 from ._engine import (
     DEFAULT_LOCK_TIMEOUT_MS,
     DEFAULT_URL,
-    ConnectionDropped,
-    ReadAgain,
     Timeouts,
     configure_postgres,
     configure_sqlite,
@@ -46,25 +45,31 @@ from ._engine import (
     map_db_error,
     resolve_url,
 )
-from ._feed import FeedMethods, afollow
-from ._purge import PurgeMethods
-from ._replica import DEFAULT_READ_WAIT_MS, ReplicaMethods
-from ._runtime import RuntimeMethods
-from ._search import SearchMethods
-from ._sessions import (
+from ._features import (
+    DEFAULT_READ_WAIT_MS,
+    FeedMethods,
+    PurgeMethods,
+    ReplicaMethods,
+    RuntimeMethods,
+    SearchMethods,
     SessionMethods,
+    afollow,
     audit_for_async,
     read_event_expanded,
     read_page_expanded,
 )
-from ._twins import awaitable, calibrated_tokens, record_llm_call, streaming
-from ._view_rows import view_rows, view_rows_at_once
+from ._features import purge as _purge_rows
+from ._sql import blobs
+from ._sql.view_rows import view_rows, view_rows_at_once
+from ._twins import awaitable, streaming
 from .codec import Encoded, check_text
 from .distribution import is_distributed
 from .errors import (
     ConfigurationError,
+    ConnectionDropped,
     InvalidEventError,
     NotFoundError,
+    ReadAgain,
 )
 from .events import Condensation, Event, LLMCall, Message, Part, PartRef
 from .migrate import ensure_schema
@@ -193,7 +198,7 @@ class EventStore(
                 f"blob_threshold: a positive number of bytes or None, not {blob_threshold!r}"
             )
         self.blob_threshold = blob_threshold
-        self._heads = guarded.HeadCache()  # the head this store's appends left, per session
+        self._heads = HeadCache()  # the head this store's appends left, per session
         self._schema_lock = threading.Lock()
         self._schema_pending: bool | None = None  # the upgrade flag, until the schema is open
         if engine is None:
@@ -217,7 +222,7 @@ class EventStore(
         self._lock_local = not self._owns_engine and engine.dialect.name == "postgresql"
         self.engine = engine
         self.dialect: str = engine.dialect.name
-        self._driver_slot = guarded.DriverSlot.for_store(self, engine, self._owns_engine)
+        self._driver_slot = DriverSlot.for_store(self, engine, self._owns_engine)
         self._replica = self._open_replica(read_url, read_wait_ms, lock_timeout_ms)
 
     def _open_schema(self) -> None:
@@ -516,9 +521,9 @@ class EventStore(
             fork_rows=self._run(_sql.fork_compaction_rows, segments),
             key=key,
             anchor=head_hash,
-            load_blobs=lambda named: self._run(_blobs.load, self.tenant, named),
-            purges=self._run(_purge.records, [seg.owner for seg in segments]),
-            load_range=lambda owner, lo, hi: self._run(_purge.range_rows, owner, lo, hi),
+            load_blobs=lambda named: self._run(blobs.load, self.tenant, named),
+            purges=self._run(_purge_rows.records, [seg.owner for seg in segments]),
+            load_range=lambda owner, lo, hi: self._run(_purge_rows.range_rows, owner, lo, hi),
         )
         after = 0
         while after < head:
@@ -617,6 +622,24 @@ class EventStore(
         plus the stored counts of what was appended after the call's view."""
         found = self.read(view.session_id, calibration_floor(view), view.seq, kinds=["llm_call"])
         return calibrate(view, (e.event for e in found if isinstance(e.event, LLMCall)))
+
+
+# --------------------------------------------------------------------------- either store
+
+
+def record_llm_call(
+    store: Any, session_id: str, view: Any, response: Any = None, **kwargs: Any
+) -> int:
+    """``store.record_llm_call(session_id, view, response, ...)``, as a function.
+
+    Works with either store: with an :class:`AsyncEventStore` it returns the coroutine.
+    """
+    return store.record_llm_call(session_id, view, response, **kwargs)
+
+
+def calibrated_tokens(store: Any, view: Any) -> int:
+    """``store.calibrated_tokens(view)``, as a function (a coroutine for the async store)."""
+    return store.calibrated_tokens(view)
 
 
 # --------------------------------------------------------------------------- async

@@ -32,7 +32,7 @@ from datetime import datetime
 from types import SimpleNamespace
 from typing import Any
 
-from ._purge import hashes_digest, is_redacted, payloads_digest
+from ._features.purge import hashes_digest, is_redacted, payloads_digest
 from .codec import (
     blob_ref,
     blob_refs,

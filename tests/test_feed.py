@@ -23,9 +23,9 @@ from eventstore import (
     Message,
     NotFoundError,
     SchemaError,
-    _feed,
 )
 from eventstore._append import locked
+from eventstore._features import feed as _feed
 
 
 def _keys(items: list[Any]) -> list[tuple[str, int]]:

@@ -34,7 +34,7 @@ from eventstore import (
     StorageError,
     TextPart,
 )
-from eventstore._append.checks import MAX_DEPTH, check_references
+from eventstore._checks import MAX_DEPTH, check_references
 
 
 def _session(store: Any, n: int = 3) -> str:

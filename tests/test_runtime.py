@@ -23,7 +23,7 @@ from eventstore import (
     RunState,
     ToolCallPart,
 )
-from eventstore._runtime import CANCELLED_RESULT
+from eventstore._features.runtime import CANCELLED_RESULT
 
 
 def _texts(view: Any) -> list[tuple[str, Any]]:

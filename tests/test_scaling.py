@@ -30,9 +30,9 @@ from eventstore import (
     Prune,
     SessionExistsError,
     ToolCallPart,
-    _view_rows,
 )
-from eventstore._replica import parse_lsn
+from eventstore._features.replica import parse_lsn
+from eventstore._sql import view_rows as _view_rows
 from eventstore.cli import cli
 from eventstore.distribution import _DISTRIBUTED as DISTRIBUTED_KEY
 from eventstore.distribution import (

@@ -614,7 +614,7 @@ def test_the_one_query_reads_what_the_statements_read(store: EventStore) -> None
     # The combined statement and the statement-by-statement reads give the same rows for
     # every session of a lineage at every seq (and the combined one is the path taken).
     from eventstore._sql import lineage_and_head
-    from eventstore._view_rows import _by_statements, _in_one_query
+    from eventstore._sql.view_rows import _by_statements, _in_one_query
 
     for sid in _busy_lineage(store):
         with store.engine.connect() as conn:
@@ -629,7 +629,7 @@ def test_the_statement_alone_reads_what_the_lineage_read_does(store: EventStore)
     # Outside a transaction, one statement that also reads the session row and the
     # truncating prunes gives the rows the lineage-aware read gives, at every seq and at
     # the head; a fork is left to that read (and remembered, so it is not asked again).
-    from eventstore._view_rows import view_rows, view_rows_at_once
+    from eventstore._sql.view_rows import view_rows, view_rows_at_once
 
     root, fork, grand = _busy_lineage(store)
     forks: set[str] = set()
@@ -667,7 +667,7 @@ def test_the_kept_postgres_plan_reads_the_tail_not_the_session(store: EventStore
     # session: count the rows every scan of events and parts touched in that plan.
     if store.dialect != "postgresql":
         pytest.skip("plans made without the values are a Postgres matter")
-    from eventstore._view_rows import _BOUND, _SESSION, _TENANT, _alone_statement
+    from eventstore._sql.view_rows import _BOUND, _SESSION, _TENANT, _alone_statement
 
     sid = store.create_session().id
     batch: list[Any] = [Message.system("sys"), Message.user("task")]
@@ -703,8 +703,8 @@ def test_a_condensation_the_query_misreads_is_read_statement_by_statement(
     # Should the query read a condensation's range or pins differently from its decoded
     # payload (one written some other way), the check after it rereads statement by
     # statement, and the view is the same.
-    from eventstore import _view_rows
     from eventstore._sql import lineage_and_head
+    from eventstore._sql import view_rows as _view_rows
 
     sid = store.create_session().id
     store.append(sid, [Message.system("sys"), Message.user("a"), Message.user("b")])

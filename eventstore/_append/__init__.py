@@ -7,47 +7,17 @@ write them with their backend's statements (:mod:`.sqlite`, :mod:`.postgres`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager
-from typing import Any, Protocol, TypeVar
-
-from sqlalchemy.engine import Connection, Engine
+from collections.abc import Sequence
+from typing import Any
 
 from ..codec import Encoded
 from ..events import Event
 from ..records import AppendResult
-from ..tokens import TokenCounter
 from . import guarded, locked, postgres
 from .encode import Encoding, encode_all
-from .guarded import DriverSlot, HeadCache
+from .store import DriverSlot, HeadCache, Store
 
 __all__ = ["Store", "append", "encode", "HeadCache", "DriverSlot"]
-
-T = TypeVar("T")
-
-
-class Store(Protocol):
-    """What the write path needs from a store (:class:`~eventstore.EventStore`)."""
-
-    tenant: str
-    dialect: str
-    engine: Engine
-    token_counter: TokenCounter
-    blob_threshold: int | None
-    max_event_bytes: int
-    _heads: HeadCache
-    _driver_slot: DriverSlot | None
-    _lock_local: bool
-    _timeouts: Any
-    _replica: Any
-
-    def _open_schema(self) -> None: ...
-
-    def _tx(self, write: bool = False) -> AbstractContextManager[Connection]: ...
-
-    def _run(self, fn: Callable[..., T], *args: Any, write: bool = False, **kw: Any) -> T: ...
-
-    def head(self, session_id: str) -> int: ...
 
 
 def encode(

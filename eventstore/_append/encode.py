@@ -12,11 +12,11 @@ from typing import Any, overload
 from pydantic import BaseModel, ValidationError
 from pydantic_core import PydanticSerializationError
 
+from .._checks import MAX_COLUMN_INT, check_event, check_kind, describe_error
 from ..codec import Encoded, check_text, encode, encode_plain, format_ts, read_back
 from ..errors import InvalidEventError, PayloadTooLargeError
 from ..events import EVENT_ADAPTER, Event, Message
 from ..tokens import TokenCounter
-from .checks import MAX_COLUMN_INT, check_event, check_kind, describe_error
 
 __all__ = ["check_batch", "encode_one", "encode_all", "Encoding"]
 

@@ -15,14 +15,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 from sqlalchemy import bindparam, insert, select, update
 from sqlalchemy.engine import Connection
 
-from .. import _blobs
-from .._engine import ConnectionDropped, driver_error
-from .._sql import READ_COLUMNS, Segment, check_lookup, lineage, owner_of, row_to_stored
+from .._engine import driver_error
+from .._sql import READ_COLUMNS, Segment, blobs, check_lookup, lineage, owner_of, row_to_stored
 from ..codec import (
     Encoded,
     batch_digest,
@@ -33,6 +32,7 @@ from ..codec import (
 )
 from ..errors import (
     ConflictError,
+    ConnectionDropped,
     IdempotencyMismatchError,
     InvalidEventError,
     NotFoundError,
@@ -44,9 +44,7 @@ from ..records import AppendResult
 from ..schema import events, fork_compactions, kind_is, parts, sessions
 from . import postgres, sqlite
 from .rows import Rows
-
-if TYPE_CHECKING:
-    from . import Store
+from .store import Store
 
 __all__ = ["append", "write", "lock_head", "insert_rows", "move_head"]
 
@@ -147,7 +145,7 @@ def write(
     insert_rows(conn, rows)
     attached = {d: b for enc in encoded for d, b in enc.blobs.items()}
     if attached:
-        _blobs.save(conn, tenant, attached)
+        blobs.save(conn, tenant, attached)
     if rows.prunes:
         segments = lineage(conn, tenant, session_id)
         for prune_seq, prune, created in rows.prunes:

@@ -1,7 +1,7 @@
 """Every write statement of an append on Postgres, on psycopg connections and cursors.
 
 The head moves two ways, side by side below, and both queue the appended range for the
-tenant feed in the same statement (see :mod:`eventstore._feed`):
+tenant feed in the same statement (see :mod:`eventstore._features.feed`):
 
 * *guarded*: one data-modifying statement, its own transaction: ``UPDATE sessions ...
   WHERE head_seq = <remembered> AND head_hash = <remembered>`` in a CTE, and the

@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from .._checks import check_references
 from ..codec import Encoded, chain_hash_ts, new_ids, time_texts
 from ..events import Message, Prune
 from ..schema import events, parts
-from .checks import check_references
 
 __all__ = ["EVENT_COLUMNS", "PART_COLUMNS", "CREATED", "Rows", "Write"]
 

@@ -30,15 +30,16 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from sqlalchemy.engine import Connection
 
-from . import _blobs, _sql
-from ._append import locked
-from .codec import new_id
-from .errors import InvalidEventError, NotFoundError
-from .events import Delta, Dequeued, Event, Message, Queued, RunState, TextPart
-from .records import StoredEvent
+from .. import _sql
+from .._append import locked
+from .._sql import blobs
+from ..codec import new_id
+from ..errors import InvalidEventError, NotFoundError
+from ..events import Delta, Dequeued, Event, Message, Queued, RunState, TextPart
+from ..records import StoredEvent
 
 if TYPE_CHECKING:
-    from .codec import Encoded
+    from ..codec import Encoded
 
 __all__ = ["RuntimeMethods", "CANCELLED_RESULT", "RunStateName"]
 
@@ -68,7 +69,7 @@ def _pending(
             break
         out.extend(page)
         after = page[-1].seq
-    return _blobs.expand(conn, tenant, out)
+    return blobs.expand(conn, tenant, out)
 
 
 def _stream_text(

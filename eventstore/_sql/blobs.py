@@ -14,11 +14,11 @@ from collections.abc import Iterable, Sequence
 from sqlalchemy import select
 from sqlalchemy.engine import Connection
 
-from .codec import blob_refs as refs
-from .codec import with_blob_data as expand_event
-from .events import utcnow
-from .records import StoredEvent
-from .schema import blobs
+from ..codec import blob_refs as refs
+from ..codec import with_blob_data as expand_event
+from ..events import utcnow
+from ..records import StoredEvent
+from ..schema import blobs
 
 __all__ = ["save", "load", "expand", "check"]
 

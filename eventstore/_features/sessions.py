@@ -20,12 +20,13 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from sqlalchemy import delete, select, update
 from sqlalchemy.engine import Connection
 
-from . import _blobs, _sql
-from .codec import Encoded
-from .errors import InvalidEventError, NotFoundError
-from .events import utcnow
-from .records import Session, StoredEvent
-from .schema import events, session_keys, sessions
+from .. import _sql
+from .._sql import blobs
+from ..codec import Encoded, storable_text_error
+from ..errors import InvalidEventError, NotFoundError
+from ..events import utcnow
+from ..records import Session, StoredEvent
+from ..schema import events, session_keys, sessions
 
 __all__ = ["SessionMethods"]
 
@@ -40,7 +41,7 @@ def _get_event(conn: Connection, tenant: str, session_id: str, event_id: str) ->
     missing = NotFoundError(f"no event {event_id!r} in session {session_id!r}")
     if not isinstance(event_id, str) or not 1 <= len(event_id) <= 36:
         raise missing
-    if _sql.storable_text_error(event_id):
+    if storable_text_error(event_id):
         raise missing
     # Ids are unique per session (0007): look only in the sessions of this lineage, which
     # also keeps the probe on their shards when the tables are distributed by session.
@@ -56,14 +57,14 @@ def _get_event(conn: Connection, tenant: str, session_id: str, event_id: str) ->
     )
     if row is None:
         raise missing
-    return _blobs.expand(conn, tenant, [_sql.row_to_stored(row, row.session_id)])[0]
+    return blobs.expand(conn, tenant, [_sql.row_to_stored(row, row.session_id)])[0]
 
 
 def _find_event(conn: Connection, tenant: str, event_id: str) -> StoredEvent:
     missing = NotFoundError(f"no event {event_id!r} for tenant {tenant!r}")
     if not isinstance(event_id, str) or not 1 <= len(event_id) <= 36:
         raise missing
-    if _sql.storable_text_error(event_id):
+    if storable_text_error(event_id):
         raise missing
     row = conn.execute(
         select(events.c.session_id, *_sql.READ_COLUMNS)
@@ -72,19 +73,19 @@ def _find_event(conn: Connection, tenant: str, event_id: str) -> StoredEvent:
     ).first()
     if row is None:
         raise missing
-    return _blobs.expand(conn, tenant, [_sql.row_to_stored(row, row.session_id)])[0]
+    return blobs.expand(conn, tenant, [_sql.row_to_stored(row, row.session_id)])[0]
 
 
 def _read_tail(conn: Connection, tenant: str, session_id: str, n: int) -> list[StoredEvent]:
     segments, head = _sql.lineage_and_head(conn, tenant, session_id)
     page = _sql.read_page(conn, segments, max(0, head - n), head, None, limit=max(n, 1))[:n]
-    return _blobs.expand(conn, tenant, page)
+    return blobs.expand(conn, tenant, page)
 
 
 def _get_session_by_key(conn: Connection, tenant: str, key: str, user_id: str | None) -> Session:
-    if not isinstance(key, str) or not key or _sql.storable_text_error(key):
+    if not isinstance(key, str) or not key or storable_text_error(key):
         raise NotFoundError(f"no session with key {key!r} for tenant {tenant!r}")
-    if user_id is not None and (not isinstance(user_id, str) or _sql.storable_text_error(user_id)):
+    if user_id is not None and (not isinstance(user_id, str) or storable_text_error(user_id)):
         raise NotFoundError(f"no session with key {key!r} for tenant {tenant!r}")
     named = conn.execute(
         select(session_keys.c.session_id).where(
@@ -129,7 +130,7 @@ def _delete_session(conn: Connection, tenant: str, session_id: str) -> Session:
 
 def read_page_expanded(conn: Connection, tenant: str, *args: Any, **kw: Any) -> list[StoredEvent]:
     """:func:`eventstore._sql.read_page` with attachments' bytes put back."""
-    return _blobs.expand(conn, tenant, _sql.read_page(conn, *args, **kw))
+    return blobs.expand(conn, tenant, _sql.read_page(conn, *args, **kw))
 
 
 def read_event_expanded(
@@ -137,7 +138,7 @@ def read_event_expanded(
 ) -> StoredEvent | None:
     """:func:`eventstore._sql.read_event` with attachments' bytes put back."""
     found = _sql.read_event(conn, tenant, session_id, seq)
-    return None if found is None else _blobs.expand(conn, tenant, [found])[0]
+    return None if found is None else blobs.expand(conn, tenant, [found])[0]
 
 
 def audit_for_async(self: Any) -> AbstractContextManager[None]:

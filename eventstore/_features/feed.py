@@ -38,10 +38,11 @@ from sqlalchemy import and_, func, insert, literal_column, select, text, tuple_
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Connection
 
-from . import _blobs, _sql
-from .errors import InvalidEventError, SchemaError
-from .records import Session, TailItem
-from .schema import events, feed, feed_cursor, feed_pending, sessions
+from .. import _sql
+from .._sql import blobs
+from ..errors import InvalidEventError, SchemaError
+from ..records import Session, TailItem
+from ..schema import events, feed, feed_cursor, feed_pending, sessions
 
 __all__ = [
     "FeedMethods",
@@ -225,7 +226,7 @@ def tail_page(
     items.sort(key=lambda i: i.position)
     if not expand:
         return items
-    expanded = _blobs.expand(conn, tenant, [i.stored for i in items])
+    expanded = blobs.expand(conn, tenant, [i.stored for i in items])
     if any(a is not b for a, b in zip(expanded, (i.stored for i in items), strict=True)):
         items = [i.model_copy(update={"stored": st}) for i, st in zip(items, expanded, strict=True)]
     return items

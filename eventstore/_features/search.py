@@ -1,6 +1,6 @@
 """Full-text search over a tenant's history: SQLite FTS5, Postgres ``tsvector``.
 
-The index *follows the feed* (:mod:`eventstore._feed`) instead of sitting on the append
+The index *follows the feed* (:mod:`eventstore._features.feed`) instead of sitting on the append
 path: appends stay as cheap as before, and :meth:`SearchMethods.search` first indexes
 whatever the feed holds past ``search_progress`` (in pages, each page one transaction
 that also moves the progress, so a crash never loses or doubles a document). A search
@@ -27,10 +27,11 @@ from pydantic import BaseModel, ConfigDict
 from sqlalchemy import select, text
 from sqlalchemy.engine import Connection
 
-from . import _feed, _sql
-from .errors import InvalidEventError, NotFoundError
-from .events import Condensation, Event, Message, Queued
-from .schema import search_progress
+from .. import _sql
+from ..errors import InvalidEventError, NotFoundError
+from ..events import Condensation, Event, Message, Queued
+from ..schema import search_progress
+from . import feed
 
 __all__ = ["SearchMethods", "SearchHit", "search_text", "INDEX_PAGE"]
 
@@ -61,6 +62,9 @@ class SearchHit(BaseModel):
     """Relevance (higher is better; comparable within one result list only)."""
     snippet: str
     """A short excerpt around the first match."""
+
+
+SearchHit.__module__ = "eventstore"  # its public home
 
 
 def search_text(evt: Event) -> str:
@@ -108,7 +112,7 @@ def index_page(conn: Connection, tenant: str, page: int = INDEX_PAGE) -> int:
         select(search_progress.c.position).where(search_progress.c.tenant == tenant)
     ).first()
     after = row.position if row is not None else 0
-    items = _feed.tail_page(conn, tenant, None, after, page, expand=False)
+    items = feed.tail_page(conn, tenant, None, after, page, expand=False)
     if not items:
         return 0
     docs = []

@@ -30,13 +30,13 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import select, text, update
 from sqlalchemy.engine import Connection
 
-from . import _sql
-from ._append import locked
-from ._append.rows import Rows
-from .codec import blob_refs, check_text, decode_event, encode, encode_event
-from .distribution import is_distributed
-from .errors import InvalidEventError
-from .events import (
+from .. import _sql
+from .._append import locked
+from .._append.rows import Rows
+from ..codec import blob_refs, check_text, decode_event, encode, encode_event
+from ..distribution import is_distributed
+from ..errors import InvalidEventError
+from ..events import (
     PURGED,
     Condensation,
     CondensationRequest,
@@ -57,11 +57,11 @@ from .events import (
     ToolResultPart,
     utcnow,
 )
-from .schema import _SQLITE_TRIGGERS, blobs, events, kind_is, sessions
+from ..schema import SQLITE_TRIGGERS, blobs, events, kind_is, sessions
 
 if TYPE_CHECKING:
-    from .codec import Encoded
-    from .tokens import TokenCounter
+    from ..codec import Encoded
+    from ..tokens import TokenCounter
 
 __all__ = [
     "PurgeMethods",
@@ -207,7 +207,7 @@ def _guards(conn: Connection, on: bool) -> None:
         verb = "ENABLE" if on else "DISABLE"
         conn.execute(text(f"ALTER TABLE events {verb} TRIGGER events_append_only"))
         return
-    ddl = dict(_SQLITE_TRIGGERS)["events_append_only_update"]
+    ddl = dict(SQLITE_TRIGGERS)["events_append_only_update"]
     conn.execute(text(ddl if on else "DROP TRIGGER IF EXISTS events_append_only_update"))
 
 

@@ -14,8 +14,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ..errors import InvalidEventError
-from ..events import (
+from .errors import InvalidEventError
+from .events import (
     Condensation,
     Custom,
     Dequeued,

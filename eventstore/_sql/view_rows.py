@@ -1,4 +1,4 @@
-"""The statements that read a view's rows (part of the statement layer, see :mod:`._sql`).
+"""The statements that read a view's rows.
 
 :func:`view_rows` gathers what :func:`eventstore.views.assemble` needs for the view at a
 seq: the latest condensation (one probe of the ``(session_id, kind, seq)`` index per
@@ -26,36 +26,133 @@ import functools
 import json
 import sqlite3
 from collections.abc import Iterable, Sequence
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 from sqlalchemy import select
 from sqlalchemy.engine import Connection
 
-from . import _blobs
-from ._engine import ReadAgain, driver_error
-from ._sql import (
-    AUDITING,
-    BREAKER_PREFIX,
-    READ_COLUMNS,
-    Segment,
-    check_lookup,
-    clip,
-    latest_in,
-    lineage_and_head,
-    not_found,
-    owner_of,
-    row_to_stored,
-)
-from ._view_query import _BOUND, _PLACEHOLDERS, _SESSION, _TENANT, _Query
-from .codec import decode_row
-from .distribution import forget_distribution, is_distributed
-from .errors import InvalidEventError
-from .events import Condensation, Prune
-from .records import StoredEvent
-from .schema import events, fork_compactions, kind_is, kind_sql, parts
-from .views import IMPLIED_TOKENS, PartState, ViewRows
+from .._engine import driver_error
+from ..codec import decode_row
+from ..distribution import forget_distribution, is_distributed
+from ..errors import InvalidEventError, ReadAgain
+from ..events import Condensation, Prune
+from ..records import StoredEvent
+from ..schema import events, fork_compactions, kind_is, kind_sql, parts
+from ..views import IMPLIED_TOKENS, PartState, ViewRows
+from . import blobs
+from .lineage import AUDITING, Segment, check_lookup, clip, lineage_and_head, not_found, owner_of
+from .pages import BREAKER_PREFIX, READ_COLUMNS, latest_in, row_to_stored
 
 __all__ = ["view_rows", "view_rows_at_once"]
+
+
+# --------------------------------------------------------------------------- statement builder
+
+#: Drivers the combined query is written for, and their placeholder. On psycopg it is
+#: Postgres's own, numbered (``$``): a statement this long (over psycopg's 4 KiB cache
+#: limit) would otherwise be parsed for ``%s`` again on every view (about 60 µs).
+_PLACEHOLDERS = {"pysqlite": "?", "psycopg": "$"}
+
+
+class _Slot(NamedTuple):
+    """A parameter of a statement built once and kept
+    (:func:`_alone_statement`): the value is filled in per read."""
+
+    name: str
+    type: str
+
+
+_SESSION = _Slot("session", "TEXT")
+_TENANT = _Slot("tenant", "TEXT")
+_BOUND = _Slot("bound", "BIGINT")
+
+
+def _sql_type(value: Any) -> str:
+    if isinstance(value, _Slot):
+        return value.type
+    return "BIGINT" if isinstance(value, int) else "TEXT"
+
+
+class _Query:
+    """A statement under construction: its positional parameters, in the order the text
+    names them (so every :meth:`p` is called where its placeholder is written, inside one
+    f-string, left to right).
+
+    On Postgres the parameters are not written where they are used: each use reads a
+    column of one row, ``a``, that holds them all (see :meth:`text`). The planner then
+    knows no more about them when it plans with their values than without, so the plan
+    it makes once for the prepared statement (psycopg prepares a statement run five
+    times) costs what a plan made for the values would, and Postgres keeps that one
+    instead of planning the dozen-branch statement again on every view, which took
+    longer than running it. Except with ``inline``, for Citus (see
+    :func:`eventstore.distribution.is_distributed`).
+    """
+
+    def __init__(self, pg: bool, placeholder: str, inline: bool = False) -> None:
+        self.pg = pg
+        self.ph = placeholder
+        # Parameters written where they are used on Postgres too: Citus sends a statement
+        # whole to one shard only when each condition shows it the session's value (its
+        # worker plans the statement with the values each time).
+        self.inline = inline
+        self.params: list[Any] = []
+        self.branches: list[str] = []
+
+    def p(self, value: Any) -> str:
+        self.params.append(value)
+        if self.pg and not self.inline:
+            return f"(SELECT p{len(self.params) - 1} FROM a)"
+        return self._ph(len(self.params))
+
+    def _ph(self, n: int) -> str:
+        """The placeholder of the ``n``-th parameter (from 1)."""
+        return f"${n}" if self.ph == "$" else self.ph
+
+    def literal(self, sql: str) -> str:
+        """SQL text holding ``%`` as written in a statement with parameters (psycopg
+        reads ``%`` as the start of a placeholder)."""
+        return sql.replace("%", "%%") if self.ph == "%s" else sql
+
+    def text(self, sql: str) -> str:
+        """``sql`` (a ``WITH`` statement built with :meth:`p`) as it is sent."""
+        if not self.pg or self.inline:
+            return sql
+        cols = ", ".join(
+            f"CAST({self._ph(i + 1)} AS {_sql_type(v)}) AS p{i}" for i, v in enumerate(self.params)
+        )
+        assert sql.startswith("WITH ")
+        return f"WITH a AS (SELECT {cols}), {sql[5:]}"
+
+    def greatest(self, a: str, b: str) -> str:
+        return f"{'GREATEST' if self.pg else 'max'}({a}, {b})"
+
+    def at_pins(self, table: str, where: str, lo: int, hi: int | None) -> str:
+        """``FROM`` and ``WHERE`` for the rows of ``table`` matching ``where`` (written
+        before this is called: parameters in order) whose ``seq`` is one of the
+        condensation's pins in ``lo..hi``: an index probe per pin.
+
+        SQLite probes its ``IN`` list (it would rather scan ``lo..hi`` when given the
+        range too). Postgres gets a lateral probe per pin: the plan it keeps for the
+        prepared statement is made without the values, and with the pins as a condition
+        beside others it may scan the session's range or kind and filter by them.
+        """
+        if self.pg:
+            return (
+                "FROM (SELECT DISTINCT s FROM unnest(CAST(string_to_array("
+                "(SELECT pins FROM b), ',') AS BIGINT[])) AS u(s)) AS pin "
+                f"CROSS JOIN LATERAL (SELECT * FROM {table} WHERE {where} AND seq = pin.s "
+                f"OFFSET 0) AS {table} WHERE pin.s >= {self.p(lo)} AND pin.s <= {self.p(hi)}"
+            )
+        return (
+            f"FROM {table} WHERE {where} AND seq IN (SELECT value FROM json_each("
+            f"(SELECT pins FROM b)) WHERE value >= {self.p(lo)} AND value <= {self.p(hi)})"
+        )
+
+    def nulls(self, *types: str) -> str:
+        # Typed NULLs: Postgres resolves a UNION's column types pairwise, and two untyped
+        # NULLs would become text.
+        ts = "TIMESTAMPTZ" if self.pg else "TIMESTAMP"
+        return ", ".join(f"CAST(NULL AS {ts if t == 'ts' else t})" for t in types)
 
 
 def view_rows(
@@ -344,7 +441,7 @@ def _rows(
 
     pinned, tail = decoded("p"), decoded("t")
     if expand:  # put attachments' bytes back (one query, only when the view names blobs)
-        both = _blobs.expand(conn, tenant, pinned + tail)
+        both = blobs.expand(conn, tenant, pinned + tail)
         pinned, tail = both[: len(pinned)], both[len(pinned) :]
 
     part_states: dict[int, dict[int, PartState]] = {}
@@ -539,7 +636,7 @@ def _by_statements(
         ranges = [(1, seq)]
     tail = _read_kind(conn, segments, tail_lo, seq, "message")
     if expand:  # put attachments' bytes back (one query, only when the view names blobs)
-        both = _blobs.expand(conn, tenant, pinned + tail)
+        both = blobs.expand(conn, tenant, pinned + tail)
         pinned, tail = both[: len(pinned)], both[len(pinned) :]
     part_states, n = _read_parts(conn, segments, ranges, seq)
     control = _read_control(conn, segments, cond.seq + 1 if cond is not None else 1, seq)

@@ -28,8 +28,8 @@ from sqlalchemy import create_engine
 from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.exc import DBAPIError
 
-from ._engine import ReadAgain, Timeouts, configure_postgres, map_db_error, resolve_url
-from .errors import ConfigurationError
+from .._engine import Timeouts, configure_postgres, map_db_error, resolve_url
+from ..errors import ConfigurationError, ReadAgain
 
 __all__ = ["DEFAULT_READ_WAIT_MS", "ReadReplica", "ReplicaMethods", "parse_lsn"]
 
