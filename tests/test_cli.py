@@ -138,6 +138,24 @@ def test_help_works_without_heavy_imports() -> None:
     assert "LOADED []" in out.stderr
 
 
+def test_python_dash_m_eventstore_runs_the_command_line(tmp_path: Path) -> None:
+    """``python -m eventstore`` is the ``eventstore`` script: the same help, and the same
+    exit status for a command that fails."""
+    out = subprocess.run(
+        [sys.executable, "-m", "eventstore", "--help"], capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr
+    assert "Usage: python -m eventstore" in out.stdout or "Usage: eventstore" in out.stdout
+    assert "sessions" in out.stdout and "verify" in out.stdout
+    db = f"sqlite:///{tmp_path / 'x.db'}"
+    bad = subprocess.run(
+        [sys.executable, "-m", "eventstore", "--db", db, "sessions", "show", "nope"],
+        capture_output=True,
+        text=True,
+    )
+    assert bad.returncode != 0 and "no database at" in bad.stderr
+
+
 # --------------------------------------------------------------------------- db
 
 
