@@ -13,7 +13,7 @@ the session's length, and :meth:`SessionMethods.get_event` finds one event by it
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -22,7 +22,7 @@ from sqlalchemy.engine import Connection
 
 from .. import _sql
 from .._sql import blobs
-from ..codec import Encoded, storable_text_error
+from ..codec import storable_text_error
 from ..errors import InvalidEventError, NotFoundError
 from ..events import utcnow
 from ..records import Session, StoredEvent
@@ -200,48 +200,3 @@ class SessionMethods:
             self._read_run(_sql.lineage_and_head, self.tenant, session_id)  # NotFoundError
             return []
         return self._read_run(_read_tail, self.tenant, session_id, n)
-
-
-#: How each database names the per-session key on event ids in a unique violation.
-_ID_KEY = ("uq_events_id_session_id", "events.id, events.session_id")
-
-
-def taken_id_error(
-    run: Callable[..., Any], session_id: str, encoded: Sequence[Encoded], exc: Exception
-) -> InvalidEventError | None:
-    """The error that names the event whose caller-given id the session already holds
-    (or that another event of the batch has), when ``exc`` is the database refusing the
-    batch for it; else ``None``. Nothing of the batch was written."""
-    if not any(key in str(exc) for key in _ID_KEY):
-        return None
-    seen: dict[str, int] = {}
-    for i, enc in enumerate(encoded):
-        eid = enc.event.id
-        if eid is not None and eid in seen:
-            return InvalidEventError(
-                f"events[{i}].id: {eid!r} is also the id of events[{seen[eid]}]; event ids "
-                "are unique within a session (nothing was written)"
-            )
-        if eid is not None:
-            seen[eid] = i
-    held = run(_held_ids, session_id, list(seen))
-    for eid, i in seen.items():
-        if eid in held:
-            return InvalidEventError(
-                f"events[{i}].id: {eid!r} is already the id of event {held[eid]} of session "
-                f"{session_id}; event ids are unique within a session (nothing was written)"
-            )
-    return None
-
-
-def _held_ids(conn: Connection, session_id: str, ids: list[str]) -> dict[str, int]:
-    """The seq of each of ``ids`` that the session's own rows hold."""
-    out: dict[str, int] = {}
-    for at in range(0, len(ids), 500):
-        rows = conn.execute(
-            select(events.c.id, events.c.seq).where(
-                events.c.session_id == session_id, events.c.id.in_(ids[at : at + 500])
-            )
-        )
-        out.update({r.id: r.seq for r in rows})
-    return out
