@@ -442,9 +442,7 @@ def test_the_sdks_compaction_session_replaces_history_with_a_condensation(sessio
     assert len(list(sync.forgotten(sid, cond.seq))) >= len(history)
 
 
-def test_the_docs_condensation_example_runs(
-    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_the_docs_condensation_example_runs(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     import re
     from pathlib import Path
 
