@@ -417,4 +417,5 @@ def test_site_builds_with_every_page_and_the_api(tmp_path: Path) -> None:
     for anchor in ("eventstore.EventStore.enqueue", "eventstore.EventStore.purge"):
         assert f'id="{anchor}"' in api, anchor
     assert 'id="condensers.CondensationPolicy"' in api
+    assert ":class:" not in api and ":func:" not in api  # docs/griffe_roles.py at work
     assert (site / "viewer-timeline.png").exists()
