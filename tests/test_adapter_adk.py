@@ -421,15 +421,15 @@ def test_a_two_turn_run_resumes_after_a_restart(db_url: str) -> None:
         assert roles == ["user", "assistant", "tool", "assistant", "user", "assistant"]
 
 
-def test_the_readme_example_runs(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_docs_example_runs(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     import re
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    block = re.search(r"```python\n(.*?)```", readme.split("**Google ADK**", 1)[1], re.S)
-    assert block, "the README lost its ADK example"
+    page = (Path(__file__).resolve().parent.parent / "docs" / "adapters.md").read_text()
+    block = re.search(r"```python\n(.*?)```", page.split("## Google ADK\n", 1)[1], re.S)
+    assert block, "docs/adapters.md lost its ADK example"
     monkeypatch.chdir(tmp_path)
-    exec(compile(block.group(1), "README.md", "exec"), {"__name__": "readme_adk"})
+    exec(compile(block.group(1), "docs/adapters.md", "exec"), {"__name__": "readme_adk"})
     assert (tmp_path / "adk.db").exists()
 
 

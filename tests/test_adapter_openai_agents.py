@@ -165,15 +165,15 @@ def test_a_two_turn_run_resumes_with_a_new_session_object(db_url: str) -> None:
         assert len(list(store.read(sid, kinds=["message"]))) == 4
 
 
-def test_the_readme_example_runs(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_docs_example_runs(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     import re
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    block = re.search(r"```python\n(.*?)```", readme.split("**OpenAI Agents SDK**", 1)[1], re.S)
-    assert block, "the README lost its OpenAI Agents example"
+    page = (Path(__file__).resolve().parent.parent / "docs" / "adapters.md").read_text()
+    block = re.search(r"```python\n(.*?)```", page.split("## OpenAI Agents SDK\n", 1)[1], re.S)
+    assert block, "docs/adapters.md lost its OpenAI Agents example"
     monkeypatch.chdir(tmp_path)
-    exec(compile(block.group(1), "README.md", "exec"), {"__name__": "readme_agents"})
+    exec(compile(block.group(1), "docs/adapters.md", "exec"), {"__name__": "readme_agents"})
     assert (tmp_path / "agents.db").exists()
 
 
@@ -442,18 +442,16 @@ def test_the_sdks_compaction_session_replaces_history_with_a_condensation(sessio
     assert len(list(sync.forgotten(sid, cond.seq))) >= len(history)
 
 
-def test_the_readme_condensation_example_runs(
-    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_the_docs_condensation_example_runs(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     import re
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    section = readme.split("**OpenAI Agents SDK**", 1)[1].split("**pydantic-ai**", 1)[0]
+    page = (Path(__file__).resolve().parent.parent / "docs" / "adapters.md").read_text()
+    section = page.split("## OpenAI Agents SDK\n", 1)[1].split("\n## ", 1)[0]
     blocks = re.findall(r"```python\n(.*?)```", section, re.S)
-    assert len(blocks) == 2, "the README lost its OpenAI Agents condensation example"
+    assert len(blocks) == 2, "docs/adapters.md lost its OpenAI Agents condensation example"
     monkeypatch.chdir(tmp_path)
-    exec(compile(blocks[1], "README.md", "exec"), {"__name__": "readme_agents_condensed"})
+    exec(compile(blocks[1], "docs/adapters.md", "exec"), {"__name__": "readme_agents_condensed"})
     with EventStore(f"sqlite:///{tmp_path / 'agents.db'}") as store:
         sid = store.get_session_by_key("user-42-condensed").id
         assert len(list(store.read(sid, kinds=["message"]))) == 2

@@ -239,15 +239,15 @@ def test_a_conversation_resumes_and_keeps_its_log(db_url: str) -> None:
         assert sync.verify(gone.id).ok
 
 
-def test_the_readme_example_runs(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_docs_example_runs(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     import re
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    block = re.search(r"```python\n(.*?)```", readme.split("**pydantic-ai**", 1)[1], re.S)
-    assert block, "the README lost its pydantic-ai example"
+    page = (Path(__file__).resolve().parent.parent / "docs" / "adapters.md").read_text()
+    block = re.search(r"```python\n(.*?)```", page.split("## pydantic-ai\n", 1)[1], re.S)
+    assert block, "docs/adapters.md lost its pydantic-ai example"
     monkeypatch.chdir(tmp_path)
-    exec(compile(block.group(1), "README.md", "exec"), {"__name__": "readme_pydantic_ai"})
+    exec(compile(block.group(1), "docs/adapters.md", "exec"), {"__name__": "readme_pydantic_ai"})
     assert (tmp_path / "chats.db").exists()
 
 
