@@ -28,9 +28,11 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import re
+import threading
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterator, MutableMapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Annotated, Any
 
 from mcp.server.mcpserver import MCPServer
@@ -54,6 +56,8 @@ PAGE_CHARS = 40_000
 """Characters per page of a long answer: about 10k tokens, under the 25k-token default cap
 some clients (Claude Code) put on one tool result."""
 MAX_PAGE_CHARS = 200_000
+ANSWERS_KEPT = 8
+"""Long answers kept for their next pages (a 5 MB recall is read once, not once a page)."""
 LIST_LIMIT = 20
 MAX_LIST_LIMIT = 200
 SEARCH_PAGE = 10
@@ -139,6 +143,23 @@ class Tools:
     """
 
     store: EventStore
+    _answers: OrderedDict[tuple[Any, ...], str] = field(default_factory=OrderedDict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def answer(self, s: Session, key: tuple[Any, ...], make: Callable[[], str]) -> str:
+        """A long answer, made once for all its pages: the few newest are kept, keyed by
+        the session's head (an append-only log gives the same answer at the same head)."""
+        key = (s.id, s.head_seq, s.updated_at, *key)
+        with self._lock:
+            if key in self._answers:
+                self._answers.move_to_end(key)
+                return self._answers[key]
+        text = make()
+        with self._lock:
+            self._answers[key] = text
+            while len(self._answers) > ANSWERS_KEPT:
+                self._answers.popitem(last=False)
+        return text
 
     @contextmanager
     def errors(self) -> Iterator[None]:
@@ -270,7 +291,7 @@ class Tools:
 
         with self.errors():
             s = self.session(session_id)
-            text = recall(self.store, s.id, ref)
+            text = self.answer(s, ("recall", ref), lambda: recall(self.store, s.id, ref))
         return page_of(text, offset, max_chars, "recall")
 
     def get_view(
@@ -283,8 +304,8 @@ class Tools:
             s = self.session(session_id)
             if at is not None and not 0 <= at <= s.head_seq:
                 raise ToolFailure(f"at: session {s.id} has seqs 0..{s.head_seq}; pick one of them")
-            data = view_data(self.store, s, at)[3]
-        return page_of(json_text(data), offset, max_chars, "get_view")
+            text = self.answer(s, ("view", at), lambda: json_text(view_data(self.store, s, at)[3]))
+        return page_of(text, offset, max_chars, "get_view")
 
     def get_event(
         self, session_id: str, seq: int, offset: int = 0, max_chars: int = PAGE_CHARS
@@ -298,11 +319,13 @@ class Tools:
                     if s.head_seq
                     else f"session {s.id} has no events yet"
                 )
-            stored = next(iter(self.store.read(s.id, seq, seq)), None)
-            if stored is None:  # pragma: no cover - seq is inside 1..head
-                raise ToolFailure(f"no event at seq {seq} in session {s.id}")
-            text = json_text(event_dict(stored))
+            text = self.answer(s, ("event", seq), lambda: json_text(event_dict(self._read(s, seq))))
         return page_of(text, offset, max_chars, "get_event")
+
+    def _read(self, s: Session, seq: int) -> Any:
+        for stored in self.store.read(s.id, seq, seq):
+            return stored
+        raise ToolFailure(f"no event at seq {seq} in session {s.id}")  # pragma: no cover
 
     def session_resource(self, session_id: str) -> dict[str, Any]:
         """A session's record: what ``eventstore sessions show --json`` starts with."""
