@@ -479,3 +479,46 @@ def test_help_does_not_import_the_sdk() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_env())
     assert done.returncode == 0, done.stderr
     assert "streamable HTTP" in done.stdout
+
+
+# --------------------------------------------------------------------------- docs, benchmark
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_the_python_blocks_of_the_docs_run() -> None:
+    blocks = re.findall(r"```python\n(.*?)```", (ROOT / "docs" / "mcp.md").read_text(), re.S)
+    assert blocks
+    for block in blocks:
+        done = subprocess.run(
+            [sys.executable, "-c", block], capture_output=True, text=True, env=_env(), timeout=120
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+
+
+def test_benchmark_smoke_finds_and_recalls_on_both_backends(tmp_path: Path) -> None:
+    from conftest import PG_URL, drop_pg_database, require_pg
+    from sqlalchemy.engine import make_url
+
+    require_pg()
+    name = f"{make_url(PG_URL).database}_bench_mcp_{uuid.uuid4().hex[:8]}"
+    url = make_url(PG_URL).set(database=name).render_as_string(hide_password=False)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "benchmarks", "mcp", "--smoke", "--events", "600"]
+            + ["--sessions", "3", "--repeat", "2", "--out", str(tmp_path), "--pg-url", url],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env=_env(),
+        )
+    finally:
+        drop_pg_database(url)
+    assert done.returncode == 0, done.stderr[-3000:]
+    data = json.loads((tmp_path / "mcp.json").read_text())
+    assert [r["backend"] for r in data["results"]] == ["sqlite", "postgres"]
+    for r in data["results"]:
+        assert r["found_and_recalled"] and r["events"] == 602
+        assert all(c["median_ms"] > 0 for c in r["calls"])
+    assert (tmp_path / "MCP.md").read_text().count("| postgres |") == len(r["calls"])
