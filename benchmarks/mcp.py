@@ -116,11 +116,16 @@ async def _measure_calls(
     async def direct() -> Any:
         return await asyncio.to_thread(store.search, f'"{PHRASE}"', limit=11)
 
-    async with Client(create_server(store)) as client:
+    async with (
+        Client(create_server(store)) as client,
+        Client(create_server(store, answers_kept=0)) as fresh,
+    ):
 
-        def tool(name: str, args: dict[str, Any]) -> Callable[[], Awaitable[Any]]:
+        def tool(
+            name: str, args: dict[str, Any], kept: bool = True
+        ) -> Callable[[], Awaitable[Any]]:
             async def call() -> Any:
-                result = await client.call_tool(name, args)
+                result = await (client if kept else fresh).call_tool(name, args)
                 if result.is_error:
                     raise RuntimeError(f"{name}: {result.content[0].text}")
                 return result
@@ -147,16 +152,20 @@ async def _measure_calls(
                 "search_history", {"query": common}
             ),
             "recall, the pruned output": tool(
-                "recall", {"session_id": target, "ref": f"{planted}:0"}
+                "recall", {"session_id": target, "ref": f"{planted}:0"}, kept=False
             ),
             "recall, first page of a 5 MB output": tool(
-                "recall", {"session_id": target, "ref": f"{big_seq}:0"}
+                "recall", {"session_id": target, "ref": f"{big_seq}:0"}, kept=False
+            ),
+            "recall, a next page of a 5 MB output": tool(
+                "recall", {"session_id": target, "ref": f"{big_seq}:0", "offset": 40_000}
             ),
             "list_sessions": tool("list_sessions", {}),
-            "get_event": tool("get_event", {"session_id": target, "seq": planted}),
+            "get_event": tool("get_event", {"session_id": target, "seq": planted}, kept=False),
             f"get_view, head of a {store.head(ids[0]):,}-event session": tool(
-                "get_view", {"session_id": ids[0]}
+                "get_view", {"session_id": ids[0]}, kept=False
             ),
+            "get_view, a next page": tool("get_view", {"session_id": ids[0], "offset": 40_000}),
         }
         rows = []
         for label, fn in calls.items():
@@ -216,8 +225,10 @@ def render(data: dict[str, Any]) -> str:
         "",
         "Search times include the catch-up check every search makes; a search hit's `ref` "
         "costs one event read per hit. A common word ranks every event holding it, so its "
-        "time grows with the number of matches (see `SEARCH.md`). `recall` re-reads the whole "
-        "original for every page; `get_view` builds the whole view JSON for every page.",
+        "time grows with the number of matches (see `SEARCH.md`). A first page makes the whole "
+        "answer (`get_view` also looks through the session for the model whose budget it "
+        "shows, as `eventstore view` does); the server keeps the newest few answers, so a "
+        "next page is a slice of one already made.",
         "",
     ]
     return "\n".join(lines)

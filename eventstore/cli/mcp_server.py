@@ -143,6 +143,8 @@ class Tools:
     """
 
     store: EventStore
+    answers_kept: int = ANSWERS_KEPT
+    """How many long answers to keep for their next pages (0: make every page afresh)."""
     _answers: OrderedDict[tuple[Any, ...], str] = field(default_factory=OrderedDict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -157,7 +159,7 @@ class Tools:
         text = make()
         with self._lock:
             self._answers[key] = text
-            while len(self._answers) > ANSWERS_KEPT:
+            while len(self._answers) > self.answers_kept:
                 self._answers.popitem(last=False)
         return text
 
@@ -356,9 +358,17 @@ MaxChars = Annotated[
 ]
 
 
-def create_server(store: EventStore, *, name: str = "eventstore") -> MCPServer:
-    """An MCP server exposing the tools over ``store`` (its tenant only), read-only."""
-    tools = Tools(store)
+def create_server(
+    store: EventStore, *, name: str = "eventstore", answers_kept: int = ANSWERS_KEPT
+) -> MCPServer:
+    """An MCP server exposing the tools over ``store`` (its tenant only), read-only.
+
+    Args:
+        store: The store; the server sees its tenant only.
+        name: The server name clients show.
+        answers_kept: Long answers kept for their next pages (0: none).
+    """
+    tools = Tools(store, answers_kept)
     server: MCPServer = MCPServer(
         name,
         title="agent-eventstore history",
