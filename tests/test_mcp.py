@@ -173,7 +173,7 @@ async def check_acceptance(client: Client, sc: Scenario, *, big_page: int) -> No
     before = _snapshot(sc)
 
     listed = await client.list_tools()
-    assert TOOLS <= {t.name for t in listed.tools}
+    assert {t.name for t in listed.tools} == TOOLS
     for tool in listed.tools:
         assert tool.description and len(tool.description) > 60
         assert tool.input_schema["type"] == "object"
