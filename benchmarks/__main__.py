@@ -5,7 +5,8 @@
 concurrent-writers benchmark (see :mod:`benchmarks.concurrency`); ``python -m benchmarks
 search [--smoke]`` full-text search over one long session (see :mod:`benchmarks.search`);
 ``python -m benchmarks adk [--smoke]`` ADK ``get_session`` on short and long sessions (the
-``adk`` extra; see :mod:`benchmarks.adk`).
+``adk`` extra; see :mod:`benchmarks.adk`); ``python -m benchmarks mcp [--smoke]`` the MCP
+server's tools at 100k events (the ``mcp`` extra; see :mod:`benchmarks.mcp`).
 
 Writes ``RESULTS.md`` and ``results.json`` (the full mode into ``benchmarks/``, the quick
 and smoke modes into ``benchmarks/<mode>-results/`` unless ``--out`` says otherwise).
@@ -190,6 +191,10 @@ def main(argv: list[str] | None = None) -> int:
         from .adk import main as adk_main
 
         return adk_main(argv[1:])
+    if argv[:1] == ["mcp"]:
+        from .mcp import main as mcp_main
+
+        return mcp_main(argv[1:])
     if argv[:1] == ["search"]:
         from .search import main as search_main
 

@@ -145,3 +145,18 @@ def test_search_from_the_command_line(db_url: str) -> None:
     assert human.exit_code == 0 and human.output.count(sid[:8]) == 3
     empty = runner.invoke(cli, [*base, "search", "..."])
     assert empty.exit_code != 0 and "no words" in empty.output
+
+
+def test_a_multi_megabyte_output_is_indexed_on_both_backends(store: Any) -> None:
+    # Postgres refuses a tsvector over 1 MB; one such output used to fail indexing and so
+    # every later search of the tenant. This one has 2 MB of distinct words.
+    log_lines = [f"step {i:07d} compiled module m{i}" for i in range(160_000)]
+    log_lines[5_000] = "final verdict: zanzibar"
+    output = "starting the nightly build\n" + "\n".join(log_lines)
+    assert len(output) > 5_000_000
+    s = store.create_session()
+    store.append(s.id, [Message.tool("c1", output, name="build")])
+    store.append(s.id, [Message.user("a later message about zanzibar")])
+    assert {h.seq for h in store.search('"starting the nightly build"')} == {1}
+    assert {h.seq for h in store.search("zanzibar verdict")} == {1}
+    assert {h.seq for h in store.search("zanzibar")} == {1, 2}

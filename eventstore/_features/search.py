@@ -103,6 +103,37 @@ def _lock_key(tenant: str) -> int:
     return zlib.crc32(b"eventstore-search:" + tenant.encode("utf-8", "surrogatepass")) | (2 << 40)
 
 
+#: Largest document body (UTF-8 bytes) handed to Postgres' ``to_tsvector``, whose result
+#: may not exceed 1 MB: a tsvector takes at most about five times its text's bytes.
+PG_BODY_BYTES = 200_000
+
+
+def pg_body(body: str) -> str:
+    """``body`` bounded for a Postgres tsvector.
+
+    A short body is kept whole. A long one (a multi-megabyte build log) keeps its first
+    half-budget verbatim, so phrases there are found as on SQLite, then each further
+    distinct word once, in order of first appearance, until the budget is spent: every
+    word of the event stays findable unless the event holds more distinct words than fit.
+    Without this bound one big tool output fails the indexing transaction, and with it
+    every later search of the tenant.
+    """
+    if len(body) * 4 <= PG_BODY_BYTES or len(body.encode("utf-8")) <= PG_BODY_BYTES:
+        return body
+    head = body.encode("utf-8")[: PG_BODY_BYTES // 2].decode("utf-8", "ignore")
+    head = head[: head.rfind(" ")] if " " in head else head
+    seen = set(head.split())
+    out, size = [head], len(head.encode("utf-8"))
+    for word in body[len(head) :].split():
+        if word not in seen:
+            seen.add(word)
+            size += len(word.encode("utf-8")) + 1
+            if size > PG_BODY_BYTES:
+                break
+            out.append(word)
+    return " ".join(out)
+
+
 def index_page(conn: Connection, tenant: str, page: int = INDEX_PAGE) -> int:
     """Index up to ``page`` feed events past the tenant's progress; returns how many."""
     pg = conn.dialect.name == "postgresql"
@@ -118,6 +149,8 @@ def index_page(conn: Connection, tenant: str, page: int = INDEX_PAGE) -> int:
     docs = []
     for item in items:
         body = " ".join(_words(search_text(item.stored.event)))
+        if pg:
+            body = pg_body(body)
         if body:
             docs.append(
                 {"tenant": tenant, "sid": item.session_id, "seq": item.stored.seq, "body": body}

@@ -22,7 +22,7 @@ from .render import (
 from .root import State, cli, db_option, json_option, pass_state, resolve_budget, resolve_session
 
 if TYPE_CHECKING:
-    from eventstore import Budget, StoredEvent, View
+    from eventstore import Budget, EventStore, Session, StoredEvent, View
 
 # --------------------------------------------------------------------------- log
 
@@ -116,7 +116,8 @@ def _unanswered(view: View) -> set[str]:
     }
 
 
-def _view_dict(view: View, budget: Budget | None) -> dict[str, Any]:
+def view_dict(view: View, budget: Budget | None) -> dict[str, Any]:
+    """What ``view --json`` prints for ``view`` (the MCP server's ``get_view`` too)."""
     from eventstore import Condensation
 
     cond = None
@@ -167,6 +168,20 @@ def _view_dict(view: View, budget: Budget | None) -> dict[str, Any]:
     }
 
 
+def view_data(
+    store: EventStore,
+    session: Session,
+    at_seq: int | None,
+    model: str | None = None,
+    max_input_tokens: int | None = None,
+) -> tuple[View, Budget | None, str, dict[str, Any]]:
+    """The view of ``session`` at ``at_seq``, the budget it is measured against, the line
+    saying where that budget came from, and :func:`view_dict` of the two."""
+    view = store.view(session.id, as_of=at_seq)
+    budget, note = resolve_budget(store, session, model, max_input_tokens, required=False)
+    return view, budget, note, view_dict(view, budget)
+
+
 @cli.command("view")
 @click.argument("session")
 @click.option("--at", "at_seq", type=int, help="Rebuild the view as it was at this seq.")
@@ -190,14 +205,12 @@ def view_cmd(
     """What the model sees for SESSION: pinned head, summary, tail, and tokens."""
     store = state.store()
     s = resolve_session(store, session)
-    view = store.view(s.id, as_of=at_seq)
     if as_messages:
-        emit_json(view.to_messages())
+        emit_json(store.view(s.id, as_of=at_seq).to_messages())
         return
-    budget, note = resolve_budget(store, s, model, max_input_tokens, required=False)
+    view, budget, note, data = view_data(store, s, at_seq, model, max_input_tokens)
     if budget is not None and "does not know" in note:
         click.echo(note, err=True)  # an assumed window: say so, once
-    data = _view_dict(view, budget)
     if as_json:
         emit_json(data)
         return

@@ -25,7 +25,12 @@ _PREVIEW = 100
 
 def emit_json(data: Any) -> None:
     """Print ``data`` as indented JSON (datetimes, pydantic models and sets included)."""
-    click.echo(json.dumps(data, indent=2, ensure_ascii=False, default=_json_default))
+    click.echo(json_text(data))
+
+
+def json_text(data: Any) -> str:
+    """``data`` as the indented JSON every ``--json`` flag prints (no trailing newline)."""
+    return json.dumps(data, indent=2, ensure_ascii=False, default=_json_default)
 
 
 def _json_default(value: Any) -> Any:

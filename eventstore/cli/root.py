@@ -6,8 +6,10 @@ session reference and a budget from flags, and :func:`fail`.
 
 from __future__ import annotations
 
+import itertools
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -193,26 +195,25 @@ DEFAULT_WINDOW = 128_000
 _DEFAULT_RESERVED_OUTPUT = 4_096
 
 
-def _session_models(store: EventStore, session: Session) -> list[tuple[str, str]]:
+def _session_models(store: EventStore, session: Session) -> Iterator[tuple[str, str]]:
     """Models the session itself names, best first, each with where it was found.
 
     The newest recorded ``llm_call`` wins; then the newest assistant message that says
     which model wrote it (importers keep that); then a ``model`` in the session metadata.
+    Lazy: the scan of the messages runs only when no earlier candidate was taken.
     """
-    found: list[tuple[str, str]] = []
-    call_model = reply_model = None
-    for stored in store.read(session.id, kinds=["llm_call"]):
-        call_model = getattr(stored.event, "model", None) or call_model
+    newest_call = store.latest_event(session.id, "llm_call")
+    call_model = getattr(newest_call.event, "model", None) if newest_call else None
     if call_model:
-        found.append((call_model, "the session's newest llm_call"))
+        yield call_model, "the session's newest llm_call"
+    reply_model = None
     for stored in store.read(session.id, kinds=["message"]):
         reply_model = getattr(stored.event, "model", None) or reply_model
     if reply_model:
-        found.append((reply_model, "the session's newest assistant message"))
+        yield reply_model, "the session's newest assistant message"
     meta_model = _metadata_model(session.metadata)
     if meta_model:
-        found.append((meta_model, "the session metadata"))
-    return found
+        yield meta_model, "the session metadata"
 
 
 def _metadata_model(meta: Any, depth: int = 0) -> str | None:
@@ -260,10 +261,10 @@ def resolve_budget(
     if max_input_tokens is not None:
         b = Budget.for_model("custom", max_input_tokens=max_input_tokens, reserved_output=0)
         return b, f"budget: {max_input_tokens:,}-token window (--max-input-tokens)"
-    candidates = _session_models(store, session)
     env_model = os.environ.get("EVENTSTORE_MODEL")
-    if env_model:
-        candidates.append((env_model, "EVENTSTORE_MODEL"))
+    candidates = itertools.chain(
+        _session_models(store, session), [(env_model, "EVENTSTORE_MODEL")] if env_model else []
+    )
     unknown: list[str] = []
     for name, source in candidates:
         if name in unknown:
