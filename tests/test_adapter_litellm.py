@@ -226,12 +226,14 @@ def test_overlapping_callbacks_of_several_loggers_record_the_conversation_once(
             loggers = [EventStoreLogger(s, sid) for s in stores]
             gate = threading.Barrier(turns)
 
-            def run(i: int) -> None:
+            def run(i: int, gate: threading.Barrier, logger: EventStoreLogger) -> None:
                 gate.wait()
                 kwargs, reply = calls[i]
-                loggers[i].log_success_event(kwargs, reply, None, None)
+                logger.log_success_event(kwargs, reply, None, None)
 
-            threads = [threading.Thread(target=run, args=(i,)) for i in range(turns)]
+            threads = [
+                threading.Thread(target=run, args=(i, gate, loggers[i])) for i in range(turns)
+            ]
             for t in threads:
                 t.start()
             for t in threads:
