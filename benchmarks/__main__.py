@@ -5,7 +5,9 @@
 concurrent-writers benchmark (see :mod:`benchmarks.concurrency`); ``python -m benchmarks
 search [--smoke]`` full-text search over one long session (see :mod:`benchmarks.search`);
 ``python -m benchmarks adk [--smoke]`` ADK ``get_session`` on short and long sessions (the
-``adk`` extra; see :mod:`benchmarks.adk`).
+``adk`` extra; see :mod:`benchmarks.adk`); ``python -m benchmarks langgraph [--smoke]``
+LangGraph checkpoint storage against LangGraph's own savers (the ``langgraph`` extra; see
+:mod:`benchmarks.langgraph`).
 
 Writes ``RESULTS.md`` and ``results.json`` (the full mode into ``benchmarks/``, the quick
 and smoke modes into ``benchmarks/<mode>-results/`` unless ``--out`` says otherwise).
@@ -190,6 +192,10 @@ def main(argv: list[str] | None = None) -> int:
         from .adk import main as adk_main
 
         return adk_main(argv[1:])
+    if argv[:1] == ["langgraph"]:
+        from .langgraph import main as langgraph_main
+
+        return langgraph_main(argv[1:])
     if argv[:1] == ["search"]:
         from .search import main as search_main
 

@@ -172,6 +172,37 @@ def test_delete_thread_keeps_the_log_for_audits(store: EventStore) -> None:
     assert tup is not None and tup.checkpoint["channel_values"] == {"k": "w"}
 
 
+def test_writes_for_a_past_checkpoint_are_found(store: EventStore) -> None:
+    """A run resumed from a past checkpoint writes its tasks' results for that one, after
+    its successors: get_tuple and list still give them to it, and only to it."""
+    saver = EventStoreSaver(store=store)
+    config: Any = {"configurable": {"thread_id": "fork", "checkpoint_ns": ""}}
+    first = saver.put(config, _cp({"k": 1}, {"k": "1"}), {"step": 0}, {"k": "1"})
+    saver.put_writes(first, [("k", "in order")], "task-a")
+    second = saver.put(first, _cp({"k": 2}, {"k": "2"}), {"step": 1}, {"k": "2"})
+    saver.put_writes(second, [("k", "for the second")], "task-b")
+    saver.put_writes(first, [("k", "late")], "task-c")
+    # Another saver (another process) knows nothing of the batches already stored.
+    EventStoreSaver(store=store).put_writes(first, [("k", "later")], "task-d")
+    for reader in (saver, EventStoreSaver(store=store)):
+        tup = reader.get_tuple(first)
+        assert tup is not None
+        assert [(t, v) for t, _, v in tup.pending_writes or []] == [
+            ("task-a", "in order"),
+            ("task-c", "late"),
+            ("task-d", "later"),
+        ]
+        newest = reader.get_tuple(second)
+        assert newest is not None
+        assert [v for _, _, v in newest.pending_writes or []] == ["for the second"]
+        listed = {t.checkpoint["id"]: t.pending_writes for t in reader.list(config)}
+        assert [v for _, _, v in listed[first["configurable"]["checkpoint_id"]] or []] == [
+            "in order",
+            "late",
+            "later",
+        ]
+
+
 def test_snapshot_every_must_be_a_positive_count() -> None:
     with pytest.raises(ValueError, match="snapshot_every"):
         EventStoreSaver("sqlite://", snapshot_every=0)

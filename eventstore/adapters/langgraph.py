@@ -25,7 +25,11 @@ How it is stored:
   steps of a chain the checkpoint holds every channel in full instead, so rebuilding
   any checkpoint reads at most that many events: the nearest snapshot and the deltas
   after it. Storage therefore grows with what changed, not with the state's size.
-* Pending writes are ``langgraph.writes`` events after the checkpoint they belong to.
+* Pending writes are ``langgraph.writes`` events, one per ``put_writes`` call, whose
+  event ids are derived from their checkpoint and a batch number: ``get_tuple`` finds
+  them by indexed lookups wherever they landed (LangGraph writes them from a background
+  thread, sometimes before the checkpoint's own event; a run resumed from a past
+  checkpoint writes them after its successors).
 * The event id of a checkpoint is derived from its namespace and id, so ``get_tuple`` of
   any checkpoint starts from one indexed lookup.
 
@@ -64,7 +68,7 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from ..errors import NotFoundError, SessionExistsError
+from ..errors import InvalidEventError, NotFoundError, SessionExistsError
 from ..events import Custom
 from ..records import StoredEvent
 from ..store import AsyncEventStore, EventStore
@@ -76,8 +80,9 @@ WRITES = "langgraph.writes"
 KEY_PREFIX = "langgraph:"
 DEFAULT_SNAPSHOT_EVERY = 50
 """Steps between full snapshots: rebuilding a checkpoint reads at most this many events."""
-_PAGE = 64
 _CACHE = 32
+_BATCHES = 100_000  # the most batches of writes one checkpoint may have
+_MAX_TAIL = 100_000  # the most events one read_tail returns
 #: Event ids of checkpoints: a UUID derived from (namespace, checkpoint id), so one
 #: session holds the checkpoints of every namespace of its thread.
 _IDS = uuid.UUID("6f1d3c52-6c1b-4a51-9a43-1c8e1d2a9b70")
@@ -95,6 +100,11 @@ def _unb64(text: str) -> bytes:
 
 def _event_id(ns: str, checkpoint_id: str) -> str:
     return str(uuid.uuid5(_IDS, f"{ns}\x00{checkpoint_id}"))
+
+
+def _batch_id(ns: str, checkpoint_id: str, n: int) -> str:
+    """The event id of the ``n``-th batch of pending writes of a checkpoint."""
+    return str(uuid.uuid5(_IDS, f"{ns}\x00{checkpoint_id}\x00writes\x00{n}"))
 
 
 @dataclass
@@ -149,6 +159,8 @@ class EventStoreSaver(BaseCheckpointSaver[str]):
         self._sids: dict[str, str] = {}
         self._states: OrderedDict[tuple[str, int], _State] = OrderedDict()
         self._seqs: dict[tuple[str, str], int] = {}  # (session, event id) -> seq, cached
+        # (session, ns, checkpoint id) -> the number of its next batch of writes
+        self._batches: dict[tuple[str, str, str], int] = {}
         self._lock = threading.Lock()
 
     def close(self) -> None:
@@ -189,6 +201,8 @@ class EventStoreSaver(BaseCheckpointSaver[str]):
                     del self._states[k]
                 for i in [i for i in self._seqs if i[0] == sid]:
                     del self._seqs[i]
+                for j in [j for j in self._batches if j[0] == sid]:
+                    del self._batches[j]
 
     # -- encoding
 
@@ -203,11 +217,20 @@ class EventStoreSaver(BaseCheckpointSaver[str]):
         """A fresh object for the channel (never one handed out before: callers may
         mutate what they get)."""
         if ch.elems is not None:
-            objs = [self._load(t) for t in ch.elems]
+            objs = self._load_list(ch.elems)
             ch.objs = list(objs)
             return objs
         assert ch.value is not None
         return self._load(ch.value)
+
+    def _load_list(self, elems: list[Typed]) -> list[Any]:
+        """The elements of a list, decoded in one call when all are msgpack (a msgpack
+        array is its header followed by its elements' encodings: the bytes LangGraph's
+        own savers would have stored for the whole list)."""
+        if elems and all(kind == "msgpack" for kind, _ in elems):
+            header = b"\xdd" + len(elems).to_bytes(4, "big")
+            return list(self._load(("msgpack", header + b"".join(d for _, d in elems))))
+        return [self._load(t) for t in elems]
 
     # -- put
 
@@ -361,7 +384,41 @@ class EventStoreSaver(BaseCheckpointSaver[str]):
             "task_path": task_path,
             "writes": rows,
         }
-        self._append(thread_id, sid, Custom(name=WRITES, data=data))
+        checkpoint_id = str(conf["checkpoint_id"])
+        key = (sid, ns, checkpoint_id)
+        for _ in range(_BATCHES):
+            with self._lock:
+                n = self._batches.pop(key, 0)
+                self._batches[key] = n + 1  # newest last: the oldest are dropped first
+                if len(self._batches) > _CACHE * 128:
+                    del self._batches[next(iter(self._batches))]
+            event = Custom(id=_batch_id(ns, checkpoint_id, n), name=WRITES, data=data)
+            try:
+                self._append(thread_id, sid, event)
+                return
+            except InvalidEventError:
+                # Another saver wrote that batch: move past the batches stored.
+                with self._lock:
+                    self._batches[key] = max(self._batches.get(key, 0), n + 1)
+                continue
+        raise InvalidEventError(
+            f"checkpoint {checkpoint_id} of thread {thread_id} has {_BATCHES} batches of "
+            "writes already"
+        )
+
+    def _writes_for(self, sid: str, ns: str, checkpoint_id: str) -> list[StoredEvent]:
+        """The batches of writes of a checkpoint: indexed lookups of their ids, in order,
+        until one is missing (a batch's id is derived from the checkpoint and its number,
+        so they are found wherever they landed: before the checkpoint itself when
+        LangGraph's background writer got there first, or after its successors when a
+        run resumed from it)."""
+        out = []
+        for n in range(_BATCHES):
+            try:
+                out.append(self.store.get_event(sid, _batch_id(ns, checkpoint_id, n)))
+            except NotFoundError:
+                break
+        return out
 
     # -- get_tuple
 
@@ -386,34 +443,23 @@ class EventStoreSaver(BaseCheckpointSaver[str]):
         if stored is None:
             return None
         state = self._rebuild(sid, stored)
-        writes = self._writes_after(sid, ns, stored)
-        return self._tuple(thread_id, stored, state, writes)
+        cid = stored.event.data["id"]  # type: ignore[union-attr]
+        batches = [st.event.data for st in self._writes_for(sid, ns, cid)]  # type: ignore[union-attr]
+        return self._tuple(thread_id, stored, state, self._pending(batches))
 
     def _newest(self, sid: str, ns: str) -> StoredEvent | None:
-        """The newest checkpoint of ``ns`` (read backwards from the head a page at a
-        time: pending writes and other namespaces' checkpoints sit in between)."""
-        hi = self.store.head(sid)
-        while hi >= 1:
-            lo = max(1, hi - _PAGE + 1)
-            page = list(self.store.read(sid, lo, hi))
-            for st in reversed(page):
+        """The newest checkpoint of ``ns``: the session's tail, read from the head in
+        growing steps (a step's pending writes and other namespaces' checkpoints sit
+        after it)."""
+        n = 8
+        while True:
+            tail = self.store.read_tail(sid, n)
+            for st in reversed(tail):
                 if _is(st, CHECKPOINT) and st.event.data["ns"] == ns:  # type: ignore[union-attr]
                     return st
-            hi = lo - 1
-        return None
-
-    def _writes_after(self, sid: str, ns: str, stored: StoredEvent) -> list[tuple[str, str, Any]]:
-        """The pending writes of a checkpoint: the writes events after it that name it
-        (LangGraph writes a step's tasks after the checkpoint they start from)."""
-        cid = stored.event.data["id"]  # type: ignore[union-attr]
-        found = [
-            st.event.data  # type: ignore[union-attr]
-            for st in self.store.read(sid, stored.seq + 1)
-            if _is(st, WRITES)
-            and st.event.data["ns"] == ns  # type: ignore[union-attr]
-            and st.event.data["checkpoint_id"] == cid  # type: ignore[union-attr]
-        ]
-        return self._pending(found)
+            if len(tail) < n or n >= _MAX_TAIL:
+                return None
+            n = min(n * 8, _MAX_TAIL)
 
     def _pending(self, found: list[dict[str, Any]]) -> list[tuple[str, str, Any]]:
         """Writes keyed by (task, index) as LangGraph's savers keep them: a regular write
