@@ -300,3 +300,21 @@ def test_a_graph_resumed_in_a_new_process_has_sqlite_savers_history(
     got = json.loads(_run(script, "eventstore", db_url, thread, "resume"))
     assert len(expected) > 10
     assert got == expected
+
+
+# -- the documentation's example
+
+
+def test_the_docs_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/adapters-langgraph.md's example marked ``requires-extra: langgraph`` runs as
+    written."""
+    import re
+
+    doc = Path(__file__).resolve().parent.parent / "docs" / "adapters-langgraph.md"
+    blocks = re.findall(
+        r"<!-- requires-extra: langgraph -->\n```python\n(.*?)```", doc.read_text(), re.S
+    )
+    assert len(blocks) == 1, "the docs lost their langgraph example"
+    monkeypatch.chdir(tmp_path)
+    code = compile(blocks[0], str(doc), "exec", dont_inherit=True)  # no __future__ here
+    exec(code, {"__name__": "docs_example"})

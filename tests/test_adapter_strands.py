@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import threading
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -129,3 +130,21 @@ def test_the_session_manager_restores_an_agent(db_url: str) -> None:
         again = Agent(agent_id="helper", session_manager=manager)
         assert again.messages == [{"role": "user", "content": [{"text": "remember me"}]}]
         assert again.state.get("color") == "blue"
+
+
+# -- the documentation's example
+
+
+def test_the_docs_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/adapters-langgraph.md's example marked ``requires-extra: strands`` runs as
+    written."""
+    import re
+
+    doc = Path(__file__).resolve().parent.parent / "docs" / "adapters-langgraph.md"
+    blocks = re.findall(
+        r"<!-- requires-extra: strands -->\n```python\n(.*?)```", doc.read_text(), re.S
+    )
+    assert len(blocks) == 1, "the docs lost their strands example"
+    monkeypatch.chdir(tmp_path)
+    code = compile(blocks[0], str(doc), "exec", dont_inherit=True)  # no __future__ here
+    exec(code, {"__name__": "docs_example"})
