@@ -63,7 +63,7 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m benchmarks langgraph", description=__doc__)
     p.add_argument("--smoke", action="store_true", help="20 and 100 steps")
     p.add_argument("--steps", type=int, nargs="*", help="step counts (default 200 2000)")
-    p.add_argument("--repeat", type=int, default=20, help="timed get_tuple reads per case")
+    p.add_argument("--repeat", type=int, default=10, help="timed get_tuple reads per case")
     p.add_argument("--out", type=Path)
     p.add_argument("--no-postgres", action="store_true")
     p.add_argument(
@@ -112,17 +112,34 @@ def _median_ms(fn: Callable[[], Any], repeat: int) -> float:
     return round(statistics.median(times), 3)
 
 
-def _latencies(writer: Any, fresh: Callable[[], Any], thread: str, repeat: int) -> dict[str, float]:
+def _recording(saver: Any) -> list[Any]:
+    """The configs of the checkpoints ``saver`` stores from now on, in order (recorded as
+    ``put`` returns them: finding one later needs no read of the history)."""
+    stored: list[Any] = []
+    put = saver.put
+
+    def recording_put(*args: Any, **kwargs: Any) -> Any:
+        config = put(*args, **kwargs)
+        stored.append(config)
+        return config
+
+    saver.put = recording_put
+    return stored
+
+
+def _latencies(
+    writer: Any, fresh: Callable[[], Any], stored: list[Any], repeat: int
+) -> dict[str, float]:
+    thread = stored[-1]["configurable"]["thread_id"]
     base: Any = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
-    history = list(writer.list(base))
-    middle = history[len(history) // 2].config
-    out = {}
+    middle = stored[len(stored) // 2]
+    out: dict[str, float] = {}
     for name, config in (("newest", base), ("middle", middle)):
         tup = writer.get_tuple(config)
         assert tup is not None and tup.checkpoint["channel_values"]["messages"]
         out[f"get_tuple_{name}_cold_ms"] = _median_ms(lambda c=config: fresh().get_tuple(c), repeat)
         out[f"get_tuple_{name}_warm_ms"] = _median_ms(lambda c=config: writer.get_tuple(c), repeat)
-    out["checkpoints"] = len(history)
+    out["checkpoints"] = len(stored)
     return out
 
 
@@ -156,11 +173,12 @@ def _eventstore_case(url: str, steps: int, repeat: int, backend: str) -> dict[st
     store = EventStore(url, upgrade=True)
     try:
         saver = EventStoreSaver(store=store)
+        stored = _recording(saver)
         _, run = _graph(steps, saver)
         t0 = time.perf_counter()
         run("bench")
         elapsed = time.perf_counter() - t0
-        lat = _latencies(saver, lambda: EventStoreSaver(store=store), "bench", repeat)
+        lat = _latencies(saver, lambda: EventStoreSaver(store=store), stored, repeat)
     finally:
         store.close()
     return {"run_s": round(elapsed, 2), **lat}
@@ -174,11 +192,12 @@ def _sqlite_ref_case(path: Path, steps: int, repeat: int) -> dict[str, Any]:
     conn = sqlite3.connect(path, check_same_thread=False)
     try:
         saver = SqliteSaver(conn)
+        stored = _recording(saver)
         _, run = _graph(steps, saver)
         t0 = time.perf_counter()
         run("bench")
         elapsed = time.perf_counter() - t0
-        lat = _latencies(saver, lambda: SqliteSaver(conn), "bench", repeat)
+        lat = _latencies(saver, lambda: SqliteSaver(conn), stored, repeat)
     finally:
         conn.close()
     return {"run_s": round(elapsed, 2), **lat}
@@ -194,11 +213,12 @@ def _pg_ref_case(url: str, steps: int, repeat: int) -> dict[str, Any]:
     with psycopg.connect(**pg_conninfo(url), autocommit=True, row_factory=dict_row) as conn:
         saver = PostgresSaver(conn)
         saver.setup()
+        stored = _recording(saver)
         _, run = _graph(steps, saver)
         t0 = time.perf_counter()
         run("bench")
         elapsed = time.perf_counter() - t0
-        lat = _latencies(saver, lambda: PostgresSaver(conn), "bench", repeat)
+        lat = _latencies(saver, lambda: PostgresSaver(conn), stored, repeat)
     return {"run_s": round(elapsed, 2), **lat}
 
 
