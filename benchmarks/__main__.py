@@ -7,6 +7,9 @@ search [--smoke]`` full-text search over one long session (see :mod:`benchmarks.
 ``python -m benchmarks adk [--smoke]`` ADK ``get_session`` on short and long sessions (the
 ``adk`` extra; see :mod:`benchmarks.adk`); ``python -m benchmarks mcp [--smoke]`` the MCP
 server's tools at 100k events (the ``mcp`` extra; see :mod:`benchmarks.mcp`).
+``adk`` extra; see :mod:`benchmarks.adk`); ``python -m benchmarks langgraph [--smoke]``
+LangGraph checkpoint storage against LangGraph's own savers (the ``langgraph`` extra; see
+:mod:`benchmarks.langgraph`).
 
 Writes ``RESULTS.md`` and ``results.json`` (the full mode into ``benchmarks/``, the quick
 and smoke modes into ``benchmarks/<mode>-results/`` unless ``--out`` says otherwise).
@@ -195,6 +198,10 @@ def main(argv: list[str] | None = None) -> int:
         from .mcp import main as mcp_main
 
         return mcp_main(argv[1:])
+    if argv[:1] == ["langgraph"]:
+        from .langgraph import main as langgraph_main
+
+        return langgraph_main(argv[1:])
     if argv[:1] == ["search"]:
         from .search import main as search_main
 

@@ -154,3 +154,95 @@ def test_uninstall_stops_recording(store: EventStore, callbacks: None) -> None:
 def test_an_unknown_session_fails_at_construction(store: EventStore) -> None:
     with pytest.raises(NotFoundError):
         EventStoreLogger(store, "no-such-session")
+
+
+def _conversation(turns: int) -> list[tuple[dict[str, Any], Any]]:
+    """``turns`` calls of one conversation, each resending the whole history: the call's
+    litellm kwargs and its (mock) response, made with no logger installed."""
+    messages: list[Any] = [{"role": "system", "content": "Be brief."}]
+    calls = []
+    for i in range(turns):
+        messages.append(_user(f"question {i}"))
+        reply = litellm.completion(
+            model="gpt-4o-mini", messages=list(messages), mock_response=f"answer {i}"
+        )
+        kwargs = {
+            "model": "gpt-4o-mini",
+            "messages": list(messages),
+            "litellm_call_id": f"call-{i}",
+        }
+        calls.append((kwargs, reply))
+        messages.append(reply.choices[0].message.model_dump())
+    return calls
+
+
+def _expected(turns: int) -> list[str]:
+    out = ["system:Be brief."]
+    for i in range(turns):
+        out += [f"user:question {i}", f"assistant:answer {i}"]
+    return out
+
+
+def _messages_and_calls(store: EventStore, sid: str) -> tuple[list[str], list[str]]:
+    kinds = _kinds(store, sid)
+    calls = [
+        e.event.metadata["litellm_call_id"]
+        for e in store.read(sid, kinds=["llm_call"])
+        if isinstance(e.event, LLMCall) and e.event.metadata
+    ]
+    return [k for k in kinds if k != "llm_call"], calls
+
+
+@pytest.mark.parametrize("order", [(2, 1, 0), (1, 0, 2), (0, 2, 1), (2, 0, 1)])
+def test_out_of_order_callbacks_record_the_conversation_once(
+    store: EventStore, order: tuple[int, ...]
+) -> None:
+    calls = _conversation(3)
+    sid = store.create_session().id
+    logger = EventStoreLogger(store, sid)
+    for i in order:
+        kwargs, reply = calls[i]
+        logger.log_success_event(kwargs, reply, None, None)
+    assert not logger.errors
+    messages, recorded = _messages_and_calls(store, sid)
+    assert messages == _expected(3)
+    assert sorted(recorded) == ["call-0", "call-1", "call-2"]
+    assert store.verify(sid).ok  # each llm_call's fingerprint is its view's
+
+
+def test_overlapping_callbacks_of_several_loggers_record_the_conversation_once(
+    db_url: str,
+) -> None:
+    """Every call's record starts at once, each in its own thread, through its own logger
+    and its own store object: none may store what another is storing."""
+    import threading
+
+    turns = 4
+    calls = _conversation(turns)
+    for attempt in range(3):
+        stores = [EventStore(db_url) for _ in range(turns)]
+        try:
+            sid = stores[0].create_session().id
+            loggers = [EventStoreLogger(s, sid) for s in stores]
+            gate = threading.Barrier(turns)
+
+            def run(i: int, gate: threading.Barrier, logger: EventStoreLogger) -> None:
+                gate.wait()
+                kwargs, reply = calls[i]
+                logger.log_success_event(kwargs, reply, None, None)
+
+            threads = [
+                threading.Thread(target=run, args=(i, gate, loggers[i])) for i in range(turns)
+            ]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            assert all(not lg.errors for lg in loggers), [lg.errors for lg in loggers]
+            messages, recorded = _messages_and_calls(stores[0], sid)
+            assert messages == _expected(turns), f"attempt {attempt}"
+            assert sorted(recorded) == [f"call-{i}" for i in range(turns)]
+            assert stores[0].verify(sid).ok
+        finally:
+            for s in stores:
+                s.close()

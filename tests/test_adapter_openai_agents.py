@@ -105,6 +105,37 @@ def test_session_settings_limit_is_the_default(db_url: str) -> None:
     assert asyncio.run(run()) == [_user("3"), _user("4")]
 
 
+def test_session_settings_default_to_the_sdks_own(db_url: str) -> None:
+    """As the SDK's sessions do: ``SessionSettings()`` when none is given, a dict
+    normalized to ``SessionSettings``, unknown keys refused with the SDK's error."""
+
+    async def run() -> None:
+        async with AsyncEventStore(db_url, tenant=f"t-{uuid.uuid4().hex}") as store:
+            default = EventStoreSession("default", store=store)
+            assert isinstance(default.session_settings, SessionSettings)
+            assert default.session_settings.limit is None
+            await default.add_items([_user(str(i)) for i in range(3)])
+            assert await default.get_items() == [_user("0"), _user("1"), _user("2")]
+
+            zero = EventStoreSession("zero", store=store, session_settings={"limit": 0})
+            assert isinstance(zero.session_settings, SessionSettings)
+            assert zero.session_settings.limit == 0
+            await zero.add_items([_user("a")])
+            assert await zero.get_items() == []
+            assert await zero.get_items(limit=1) == [_user("a")]  # explicit limit wins
+
+            five = EventStoreSession("five", store=store, session_settings=SessionSettings(limit=5))
+            await five.add_items([_user(str(i)) for i in range(10)])
+            assert await five.get_items(limit=2) == [_user("8"), _user("9")]
+            assert len(await five.get_items()) == 5
+            five.session_settings = SessionSettings(limit=3)  # the Runner may replace it
+            assert await five.get_items() == [_user("7"), _user("8"), _user("9")]
+
+    asyncio.run(run())
+    with pytest.raises(TypeError, match="limitt"):
+        EventStoreSession("bad", "sqlite://", session_settings={"limitt": 1})
+
+
 def test_the_same_id_resumes_after_a_restart(db_url: str) -> None:
     tenant = f"t-{uuid.uuid4().hex}"
 

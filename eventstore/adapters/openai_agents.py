@@ -206,6 +206,17 @@ def condensed_items(
     return out
 
 
+def _settings(value: Any) -> Any:
+    """``value`` as the SDK's own sessions keep it: ``SessionSettings()`` for ``None``, a
+    dict made a ``SessionSettings`` (unknown keys raise the SDK's ``TypeError``). Where
+    the SDK is not installed ``value`` is kept as given."""
+    try:
+        from agents.memory.session_settings import SessionSettings, coerce_session_settings
+    except ImportError:
+        return value
+    return SessionSettings() if value is None else coerce_session_settings(value)
+
+
 def _summary_item(options: ViewOptions, summary: str) -> dict[str, Any]:
     return {"role": options.summary_role, "content": options.summary_prefix + summary}
 
@@ -217,8 +228,9 @@ class EventStoreSession:
         session_id: The SDK's session id (any string; stored as the session key).
         db_url: Database URL (default: ``EVENTSTORE_URL`` or ``./eventstore.db``).
         store: An existing store to use instead (its tenant applies).
-        session_settings: The SDK's ``SessionSettings`` (its ``limit`` is the default
-            for :meth:`get_items`).
+        session_settings: The SDK's ``SessionSettings`` or a dict of its fields
+            (default: ``SessionSettings()``, as the SDK's own sessions have); its
+            ``limit`` is what :meth:`get_items` returns when called without one.
         policy: The :class:`~condensers.CondensationPolicy` used by
             :meth:`model_input_filter` and :meth:`run_compaction` (``None``: the filter
             needs one passed in and ``run_compaction`` does nothing).
@@ -236,9 +248,9 @@ class EventStoreSession:
         policy: CondensationPolicy | None = None,
     ) -> None:
         self.session_id = session_id
+        self.session_settings = _settings(session_settings)  # refuses bad ones first
         self.store = store if store is not None else AsyncEventStore(db_url)
         self._owns_store = store is None
-        self.session_settings = session_settings
         self.policy = policy
         self._sid: str | None = None
 
@@ -273,7 +285,8 @@ class EventStoreSession:
         ``limit``, the newest ``limit`` of them. After :meth:`run_compaction` the items it
         compacted are replaced by its summary item (pinned head items stay)."""
         if limit is None and self.session_settings is not None:
-            limit = getattr(self.session_settings, "limit", None)
+            # An explicit limit wins over the settings' (the SDK's resolve_session_limit).
+            limit = _settings(self.session_settings).limit
         return await self._run(self._items, limit)
 
     async def add_items(self, items: list[dict[str, Any]]) -> None:
