@@ -113,9 +113,7 @@ def tiktoken_encoding(name: str = "cl100k_base") -> Any | None:
 
         spec = importlib.util.find_spec("litellm")
         if spec is not None and spec.origin and "TIKTOKEN_CACHE_DIR" not in os.environ:
-            bundled = os.path.join(
-                os.path.dirname(spec.origin), "litellm_core_utils", "tokenizers"
-            )
+            bundled = os.path.join(os.path.dirname(spec.origin), "litellm_core_utils", "tokenizers")
             if os.path.isdir(bundled):
                 os.environ["TIKTOKEN_CACHE_DIR"] = bundled
         import tiktoken

@@ -58,8 +58,12 @@ def test_error_lines_prefer_the_exception_and_skip_code(store: EventStore) -> No
     errors = text.split("## Errors and fixes", 1)[1].split("##", 1)[0]
     lines = [ln for ln in errors.splitlines() if ln.startswith("- ")]
     # The exception line comes before the other error lines of its output; the same error
-    # at the second run is one entry naming both (placed where it last occurred).
-    assert lines == ["- [3] bash: Error: exit code 1", "- [3, 7] bash: ValueError: bad header"]
+    # at the second run is one entry naming both (placed where it last occurred), with the
+    # file and line the traceback ends in.
+    assert lines == [
+        "- [3] bash: Error: exit code 1",
+        "- [3, 7] bash: ValueError: bad header (at /repo/src/ledger/parse.py:40)",
+    ]
     first = ExtractiveSummarizer().summarize(None, _events(store, sid)[:3]).text
     assert first.split("## Errors and fixes", 1)[1].index("ValueError: bad header") < first.split(
         "## Errors and fixes", 1
