@@ -406,6 +406,7 @@ class CondensationPolicy:
         else:
             target = min(self.budget.fraction(self.target), view.tokens // 2)
             decision = Decision(trigger, focus, target_tokens=target, force=True)
+        started_on = view.condensation.seq if view.condensation is not None else None
         try:
             out = yield from self.pipeline.routine(
                 session_id,
@@ -414,7 +415,7 @@ class CondensationPolicy:
                 self.options,
                 self._steps(decision),
                 view,
-                extra=lambda planned: self._bookkeeping(planned, decision),
+                extra=lambda planned: self._bookkeeping(planned, decision, started_on),
                 catch=True,  # a failing strategy never corrupts the log
             )
         except ConflictError:
@@ -427,6 +428,9 @@ class CondensationPolicy:
         if capped is not None:
             out.tokens_before = capped.tokens_before
             out.steps[:0] = capped.steps
+        first = lost_race_to(out, started_on)
+        if first is not None and decision.trigger == "manual" and out.error is None:
+            out.error = race_message(first)
         return out
 
     def _intake(self, session_id: str, view: View) -> Routine[Outcome | None]:
@@ -462,7 +466,7 @@ class CondensationPolicy:
                 return "lost_race"
         return "ok"
 
-    def _bookkeeping(self, out: Outcome, d: Decision) -> list[Event]:
+    def _bookkeeping(self, out: Outcome, d: Decision, started_on: int | None = None) -> list[Event]:
         """Events that answer a declined request and record the breaker's state, appended
         with the run's own events (so they exist exactly when the run was written)."""
         events: list[Event] = []
@@ -477,7 +481,10 @@ class CondensationPolicy:
                 or any(s == d.request_seq for s, _ in _pending(base.control))
             )
             if still_pending:  # not when another writer answered it meanwhile
-                reason = out.error or "nothing could be forgotten"
+                first = lost_race_to(out, started_on)
+                reason = out.error or (
+                    race_message(first) if first is not None else "nothing could be forgotten"
+                )
                 events.append(
                     Custom(
                         name=REQUEST_DECLINED,
@@ -503,6 +510,23 @@ class CondensationPolicy:
             if not wrote_condensation:  # a condensation already starts a clean slate
                 events.append(Custom(name=CIRCUIT_CLOSED, data={"trigger": d.trigger}))
         return events
+
+
+def lost_race_to(out: Outcome, started_on: int | None) -> int | None:
+    """The seq of the condensation another writer appended while this run planned (it
+    re-planned on the newer view and wrote none itself), else ``None``."""
+    if out.condensed or not out.conflicts:
+        return None
+    base = out.planned_on or out.view
+    newest = base.condensation if base is not None else None
+    if newest is None or newest.seq == started_on:
+        return None
+    return newest.seq
+
+
+def race_message(seq: int) -> str:
+    """What a run that lost the race to another condensation says."""
+    return f"another condensation was written first: seq {seq}"
 
 
 def grown_since(view: View, seq: int) -> int:

@@ -134,3 +134,45 @@ def test_a_placeholder_prune_still_refuses_text_parts(store: EventStore) -> None
     store.append(sid, [Message.system("rules"), Message.user("task")])
     with pytest.raises(InvalidEventError, match="not a stored tool result"):
         store.append(sid, [Prune(targets=[PartRef(seq=2, index=0)])])
+
+
+def _head_just_under(store: EventStore, budget: Budget) -> str:
+    """A task that alone fits the budget but leaves no room for the newest messages."""
+    sid = store.create_session().id
+    task = "Task: " + "word " * int(budget.available * 4 * 0.95 / 5)
+    store.append(sid, [Message.system("You are an agent."), Message.user(task)])
+    assert sum(i.tokens for i in store.view(sid).items if i.pinned) <= budget.available
+    return sid
+
+
+def test_a_head_that_fits_alone_but_not_with_the_newest_messages_is_cut(
+    store: EventStore,
+) -> None:
+    budget = Budget(max_input_tokens=4_096, reserved_output=512, buffer=205)
+    sid = _head_just_under(store, budget)
+    policy = CondensationPolicy(budget, token_counter=store.token_counter, real_counter=False)
+    for i in range(4):
+        store.append(sid, [Message.assistant(f"step {i} " + "think " * 200)])
+        store.append(sid, [Message.user(f"output {i} " + "line of output\n" * 150)])
+        out = policy.maybe_condense(store, sid)
+        assert out.error is None
+        assert store.view(sid).tokens <= budget.available, i
+    cuts = [
+        e.event
+        for e in store.read(sid, kinds=["prune"])
+        if isinstance(e.event, Prune) and e.event.strategy == "truncate_pinned_head"
+    ]
+    assert len(cuts) == 1 and "for the newest messages" in (cuts[0].note or "")
+    assert store.verify(sid).ok
+
+
+def test_a_manual_request_on_a_head_too_big_ends_in_a_view_that_fits(store: EventStore) -> None:
+    budget = Budget(max_input_tokens=4_096, reserved_output=512, buffer=205)
+    sid = _head_just_under(store, budget)
+    store.append(sid, [Message.assistant("step " + "think " * 300)])
+    store.append(sid, [Message.user("output " + "line of output\n" * 200)])
+    assert store.view(sid).tokens > budget.available
+    out = CondensationPolicy(budget, real_counter=False).condense(store, sid)
+    assert out.error is None and out.fits
+    assert store.view(sid).tokens <= budget.available
+    assert "truncate_pinned_head" in [s.condenser for s in out.steps]
