@@ -45,6 +45,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--label", default="", help="what the measured code is (shown in the report)")
     p.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
     p.add_argument("--workdir", type=Path, help="where the SQLite files go (default: temp)")
+    p.add_argument(
+        "--side", choices=["tune", "test"], help="replay one side of the split only (tuning)"
+    )
     return p.parse_args(argv)
 
 
@@ -73,6 +76,8 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     split = load_split(corpus, smoke=args.smoke)
+    if args.side:
+        split = {k: v for k, v in split.items() if k == args.side}
     log(
         f"quality: {', '.join(f'{len(t)} {side}' for side, t in split.items())} trajectories "
         f"from {corpus}; budgets {', '.join(BUDGETS)}"
