@@ -431,6 +431,12 @@ class CondensationPolicy:
         first = lost_race_to(out, started_on)
         if first is not None and decision.trigger == "manual" and out.error is None:
             out.error = race_message(first)
+        elif decision.trigger == "manual" and not out.fits and out.error is None:
+            out.error = (
+                f"the view still needs {out.tokens_after:,} tokens of {out.available:,} "
+                "available: the pinned head and the newest messages alone are over the "
+                "budget (use a larger budget, or a shorter system prompt or task)"
+            )
         return out
 
     def _intake(self, session_id: str, view: View) -> Routine[Outcome | None]:

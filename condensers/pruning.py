@@ -473,8 +473,9 @@ class HeadTruncator:
     first two thirds and last third around the line that states the size and the ``recall``
     reference (a prune with ``keep_chars``: the originals stay in the log), keeping as
     much as still brings the view down to the run's target. It writes only when the pinned
-    head, with the newest message group (which no condensation drops), leaves the view no
-    way to fit, so it says so once: the head leaves room for the conversation afterwards.
+    head alone is over the budget (or, on a manual request, which must end in a view that
+    fits, when the head with the newest message group is), so it says so once: the head
+    leaves room for the conversation afterwards.
 
     What it cuts first: pinned user messages before the task (demonstrations, templates),
     then the system prompt, then the task itself (a message an importer marked, else the
@@ -499,8 +500,14 @@ class HeadTruncator:
         head = sum(i.tokens for i in view.items if i.pinned)
         if view.tokens <= budget.available:
             return None
-        if head + newest_group_tokens(view) + view.summary_tokens <= budget.available:
-            return None  # the other steps can make it fit: the head stays verbatim
+        if head <= budget.available and (
+            ctx.trigger != "manual"
+            or head + newest_group_tokens(view) + view.summary_tokens <= budget.available
+        ):
+            # The head fits: it stays verbatim (system prompt and task are what the model
+            # must see whole). Only a manual request, which must end in a view that fits,
+            # cuts a head that leaves no room for the newest messages.
+            return None
         # Down to the run's target, not just under the budget: cut just to fit, the next
         # turn would overflow again and cut again.
         need = view.tokens - min(ctx.target(budget), budget.available)
