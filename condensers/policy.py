@@ -54,7 +54,7 @@ from typing import TYPE_CHECKING, Any
 
 from eventstore import llm
 from eventstore.errors import ConfigurationError, ConflictError
-from eventstore.events import CondensationRequest, Custom, Event
+from eventstore.events import CondensationRequest, Custom, Event, LLMCall
 from eventstore.tokens import HeuristicTokenCounter, TiktokenCounter, TokenCounter, message_tokens
 from eventstore.views import llm_call_events
 
@@ -343,9 +343,11 @@ class CondensationPolicy:
         """:meth:`maybe_prune` on an :class:`~eventstore.AsyncEventStore`."""
         return await adrive(self.prune_routine(session_id), store)
 
-    def prune_routine(self, session_id: str) -> Routine[Outcome]:
-        """The routine behind :meth:`maybe_prune` (for ``condensers._io`` drivers)."""
-        view = yield from read_view(session_id, self.options)
+    def prune_routine(self, session_id: str, view: View | None = None) -> Routine[Outcome]:
+        """The routine behind :meth:`maybe_prune` (for ``condensers._io`` drivers); pass
+        the ``view`` already read to read nothing."""
+        if view is None:
+            view = yield from read_view(session_id, self.options)
         steps = [s for s in self.pipeline.steps if isinstance(s, ToolOutputPruner)]
         if not steps:
             return _idle(view, self, "no_pruner")
@@ -518,6 +520,12 @@ class CondensationPolicy:
         return events
 
 
+def session_start(view: View) -> bool:
+    """Whether no model call was recorded in the session yet (nothing condensed either):
+    the moment a cheap prune pass pays off before the first call."""
+    return view.condensation is None and not any(isinstance(e.event, LLMCall) for e in view.control)
+
+
 def lost_race_to(out: Outcome, started_on: int | None) -> int | None:
     """The seq of the condensation another writer appended while this run planned (it
     re-planned on the newer view and wrote none itself), else ``None``."""
@@ -592,17 +600,25 @@ def complete(
     record: bool = True,
     append_response: bool = True,
     view: View | None = None,
+    prepare: bool = True,
     **completion_kwargs: Any,
 ) -> Any:
     """Send the session's view to ``model``; on a context overflow condense and retry once.
+
+    Before it sends, the view gets what ``policy`` would do to it: at the start of a
+    session (no model call recorded yet) the tool-output pruners run
+    (:meth:`CondensationPolicy.maybe_prune`), and every turn the policy's triggers are
+    checked (:meth:`CondensationPolicy.maybe_condense`), so a view over the threshold is
+    condensed first rather than sent.
 
     The view sent is recorded as an ``llm_call`` event (seq and fingerprint) followed by
     the reply as an assistant message, in one append. A context-window error condenses the
     session with trigger ``overflow`` (to half of what was sent) and retries once; a second
     overflow, or any other error, is raised after being recorded on the ``llm_call``.
 
-    A turn reads the store once and writes once. Pass the view you already have (for
-    example ``policy.maybe_condense(...).view``) and it reads nothing.
+    A turn that needs no condensing reads the store once and writes once. Pass the view
+    you already have (for example ``policy.maybe_condense(...).view``) and it reads
+    nothing more.
 
     Args:
         store: The event store.
@@ -614,13 +630,17 @@ def complete(
             message. ``False`` records the call alone, for a caller that appends its own
             assistant message (a scripted agent observing a live model, for example).
         view: The session's current view, when the caller already holds it (read with
-            ``policy.options``); it is sent as is.
+            ``policy.options``).
+        prepare: Prune at session start and condense over the threshold before sending
+            (``False``: send the view as it is).
         **completion_kwargs: Passed to ``litellm.completion`` (``api_base``, ``tools``...).
 
     Returns:
         The litellm response.
     """
-    call = _Call(session_id, model, policy, record, append_response, view, completion_kwargs)
+    call = _Call(
+        session_id, model, policy, record, append_response, view, completion_kwargs, prepare
+    )
     return drive(call.routine(), store)
 
 
@@ -633,11 +653,14 @@ async def acomplete(
     record: bool = True,
     append_response: bool = True,
     view: View | None = None,
+    prepare: bool = True,
     **completion_kwargs: Any,
 ) -> Any:
     """:func:`complete` on an :class:`~eventstore.AsyncEventStore`, calling the model with
     ``litellm.acompletion``."""
-    call = _Call(session_id, model, policy, record, append_response, view, completion_kwargs)
+    call = _Call(
+        session_id, model, policy, record, append_response, view, completion_kwargs, prepare
+    )
     return await adrive(call.routine(), store)
 
 
@@ -650,12 +673,21 @@ class _Call:
     append_response: bool
     view: View | None
     kwargs: dict[str, Any]
+    prepare: bool = True
 
     def routine(self) -> Routine[Any]:
         sid, policy = self.session_id, self.policy
         view = self.view
         if view is None:
             view = yield from read_view(sid, policy.options)
+        if self.prepare:
+            if session_start(view):
+                pruned = yield from policy.prune_routine(sid, view)
+                if pruned.condensed and pruned.view is not None:
+                    view = pruned.view
+            out = yield from policy.routine(sid, view=view)
+            if out.view is not None:
+                view = out.view
         for attempt in (0, 1):
             started = time.perf_counter()
             messages = view.to_messages()
