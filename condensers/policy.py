@@ -430,6 +430,7 @@ class CondensationPolicy:
         if capped is not None:
             out.tokens_before = capped.tokens_before
             out.steps[:0] = capped.steps
+        out = yield from self._recheck(session_id, out, decision)
         first = lost_race_to(out, started_on)
         if first is not None and decision.trigger == "manual" and out.error is None:
             out.error = race_message(first)
@@ -440,6 +441,39 @@ class CondensationPolicy:
                 "budget (use a larger budget, or a shorter system prompt or task)"
             )
         return out
+
+    def _recheck(self, session_id: str, out: Outcome, d: Decision) -> Routine[Outcome]:
+        """After a run that wrote something, count the result with the real tokenizer
+        (when at hand and the session has no usage to go by): a view the estimates put
+        under the budget but the tokenizer does not is condensed once more, to a target
+        scaled by how far the estimates ran low."""
+        view = out.view
+        if view is None or not out.condensed or out.error is not None:
+            return out
+        counter = self.real_counter
+        if counter is None or (self.use_usage and view.measured_tokens() != view.tokens):
+            return out
+        real = message_tokens(view.to_messages(), counter)
+        if real <= self.budget.available or view.tokens <= 0:
+            return out
+        target = self.budget.fraction(self.target) * view.tokens // real
+        again = Decision(d.trigger or "threshold", d.focus, target_tokens=target, force=True)
+        try:
+            more = yield from self.pipeline.routine(
+                session_id,
+                self.budget,
+                self._ctx(again),
+                self.options,
+                None,
+                view,
+                catch=True,
+            )
+        except ConflictError:
+            return out
+        more.tokens_before = out.tokens_before
+        more.steps[:0] = out.steps
+        more.trigger = out.trigger
+        return more
 
     def _intake(self, session_id: str, view: View) -> Routine[Outcome | None]:
         """Cap the results the model has not seen yet (see :class:`ResultTruncator`),
