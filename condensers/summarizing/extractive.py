@@ -131,7 +131,7 @@ def _paths_in_call(call: ToolCallPart) -> list[str]:
     return list(dict.fromkeys(_paths_in_value(_arguments(call))))
 
 
-def _error_lines(text: str, limit: int = 3) -> list[str]:
+def _error_lines(text: str, limit: int = 12) -> list[str]:
     """The error lines of an output, most telling first: the exception line a traceback
     ends with, then the others, skipping the traceback header and lines of code a viewer
     shows; de-duplicated, at most ``limit``."""
@@ -372,7 +372,7 @@ class ExtractiveSummarizer:
         *,
         request_chars: int = 1500,
         max_requests: int = 6,
-        max_errors: int = 64,
+        max_errors: int = 128,
         max_files: int = 256,
         last_message_chars: int = 1500,
     ) -> None:
