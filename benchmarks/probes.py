@@ -31,6 +31,7 @@ __all__ = [
     "message_text",
     "normalize",
     "occurs",
+    "real_tokens",
     "tokens",
     "view_text",
 ]
@@ -66,6 +67,39 @@ def tokens(messages: Sequence[dict[str, Any]]) -> int:
             fn = call.get("function") or {}
             chars += len(fn.get("name") or "") + len(fn.get("arguments") or "")
         total += math.ceil(chars / 4) + 4
+    return total
+
+
+_ENCODING: Any = None
+
+
+def real_tokens(messages: Sequence[dict[str, Any]], cache: dict[str, int] | None = None) -> int:
+    """The view's size by a real tokenizer: tiktoken ``cl100k_base`` over each message's
+    content plus its tool calls' names and arguments, + 4 per message. ``cache`` keeps
+    counts by message text (consecutive views share most of their messages)."""
+    global _ENCODING
+    if _ENCODING is None:
+        from eventstore.llm import tiktoken_encoding
+
+        _ENCODING = tiktoken_encoding("cl100k_base")
+        if _ENCODING is None:
+            raise RuntimeError(
+                "tiktoken's cl100k_base is not available offline: install litellm "
+                "(it ships tiktoken and the encoding's data)"
+            )
+    total = 0
+    for m in messages:
+        texts = [_content(m)]
+        for call in m.get("tool_calls") or []:
+            fn = call.get("function") or {}
+            texts += [fn.get("name") or "", fn.get("arguments") or ""]
+        key = "\x00".join(texts)
+        n = cache.get(key) if cache is not None else None
+        if n is None:
+            n = sum(len(_ENCODING.encode(t, disallowed_special=())) for t in texts if t)
+            if cache is not None:
+                cache[key] = n
+        total += n + 4
     return total
 
 

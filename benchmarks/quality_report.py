@@ -26,13 +26,11 @@ from .quality import (
     RunScore,
     Target,
     default_corpus,
-    load_corpus,
+    load_split,
     pool,
     run,
-    stitched,
     targets,
 )
-from .quality_bound import bound_rows
 
 HERE = Path(__file__).resolve().parent
 LOST_SHOWN = 8
@@ -47,6 +45,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--label", default="", help="what the measured code is (shown in the report)")
     p.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
     p.add_argument("--workdir", type=Path, help="where the SQLite files go (default: temp)")
+    p.add_argument(
+        "--side", choices=["tune", "test"], help="replay one side of the split only (tuning)"
+    )
     return p.parse_args(argv)
 
 
@@ -74,49 +75,68 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out or (HERE / "quality-smoke-results" if args.smoke else HERE)
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    trajectories = load_corpus(corpus, smoke=args.smoke)
-    log(f"quality: {len(trajectories)} trajectories from {corpus}; budgets {', '.join(BUDGETS)}")
-    results = run(trajectories, workdir=args.workdir)
-    long_runs = [] if args.smoke else stitched(trajectories)
-    long_results = run(long_runs, workdir=args.workdir) if long_runs else {}
-    pooled = {label: pool(scores) for label, scores in results.items()}
-    verdicts = targets(pooled)
+    split = load_split(corpus, smoke=args.smoke)
+    if args.side:
+        split = {k: v for k, v in split.items() if k == args.side}
+    log(
+        f"quality: {', '.join(f'{len(t)} {side}' for side, t in split.items())} trajectories "
+        f"from {corpus}; budgets {', '.join(BUDGETS)}"
+    )
     baseline = json.loads(args.baseline.read_text()) if args.baseline else None
-    data = {
+    sides: dict[str, Any] = {}
+    all_results: dict[str, dict[str, list[RunScore]]] = {}
+    all_verdicts: dict[str, list[Target]] = {}
+    for side, trajectories in split.items():
+        results = run(trajectories, workdir=args.workdir)
+        pooled = {label: pool(scores) for label, scores in results.items()}
+        verdicts = targets(pooled)
+        all_results[side], all_verdicts[side] = results, verdicts
+        sides[side] = {
+            "pooled": pooled,
+            "targets": [asdict(t) for t in verdicts],
+            "runs": {label: [asdict(s) for s in scores] for label, scores in results.items()},
+        }
+    data: dict[str, Any] = {
         "mode": "smoke" if args.smoke else "full",
         "commit": _commit(),
         "label": args.label,
         "python": platform.python_version(),
         "duration_s": round(time.perf_counter() - started, 1),
         "budgets": {k: asdict(b) | {"available": b.available} for k, b in BUDGETS.items()},
-        "pooled": pooled,
-        "targets": [asdict(t) for t in verdicts],
-        "runs": {label: [asdict(s) for s in scores] for label, scores in results.items()},
-        "bound": bound_rows(trajectories),
-        "long_runs": {label: [asdict(s) for s in scores] for label, scores in long_results.items()},
+        "sides": sides,
     }
     if baseline is not None:
         data["baseline"] = {
-            k: baseline.get(k) for k in ("commit", "label", "pooled", "targets", "mode")
+            "commit": baseline.get("commit"),
+            "label": baseline.get("label"),
+            "mode": baseline.get("mode"),
+            "sides": {
+                side: {k: v.get(k) for k in ("pooled", "targets")}
+                for side, v in (baseline.get("sides") or {}).items()
+            },
         }
     (out / "quality_results.json").write_text(json.dumps(data, indent=1) + "\n")
-    (out / "QUALITY_RESULTS.md").write_text(render(data, verdicts, results, long_results))
-    missed = [t for t in verdicts if any(ok is False for ok in t.passed.values())]
-    log(
-        f"quality: done in {data['duration_s']:.0f}s: {out / 'QUALITY_RESULTS.md'}; "
-        f"{len(verdicts) - len(missed)} targets met or n/a, {len(missed)} missed"
-    )
-    for t in verdicts:
-        log(f"  {t.name}: {t.measured} -> {t.verdict}")
-    return 1 if args.check and missed else 0
+    (out / "QUALITY_RESULTS.md").write_text(render(data, all_verdicts, all_results))
+    missed = [
+        (side, t)
+        for side, verdicts in all_verdicts.items()
+        for t in verdicts
+        if any(ok is False for ok in t.passed.values())
+    ]
+    log(f"quality: done in {data['duration_s']:.0f}s: {out / 'QUALITY_RESULTS.md'}")
+    for side, verdicts in all_verdicts.items():
+        for t in verdicts:
+            log(f"  {side}: {t.name}: {t.measured} -> {t.verdict}")
+    check_side = "test" if "test" in all_verdicts else next(iter(all_verdicts), "")
+    return 1 if args.check and any(side == check_side for side, _ in missed) else 0
 
 
 # --------------------------------------------------------------------------- markdown
 
 
-def _targets_table(data: dict[str, Any], verdicts: list[Target]) -> list[str]:
+def _targets_table(data: dict[str, Any], side: str, verdicts: list[Target]) -> list[str]:
     labels = list(BUDGETS)
-    base = data.get("baseline")
+    base = ((data.get("baseline") or {}).get("sides") or {}).get(side)
     before: dict[str, dict[str, str]] = {}
     if base:
         before = {t["name"]: t["measured"] for t in base.get("targets") or []}
@@ -131,33 +151,6 @@ def _targets_table(data: dict[str, Any], verdicts: list[Target]) -> list[str]:
             row += [before.get(t.name, {}).get(b, "-") for b in labels]
         row += [t.measured.get(b, "-") for b in labels] + [t.verdict]
         lines.append("| " + " | ".join(row) + " |")
-    return lines
-
-
-def _bound_table(data: dict[str, Any]) -> list[str]:
-    pooled = data["pooled"]
-    lines = [
-        "A model of the room itself (`python -m benchmarks.quality_bound`, in benchmark",
-        "tokens): a policy that condenses only when the view no longer fits and then keeps",
-        "nothing but the verbatim head (system prompt, task), a summary of the given size and",
-        "the newest message group, optionally with every observation cut to a share of the",
-        "room the head leaves before it is first sent. Each condensation is a break. It is a",
-        "model, not a proof (the measured policy sizes its summaries and its cuts per view),",
-        "but it shows where the 4k share comes from: with observations left whole even a",
-        "100-token summary breaks the cache on about a third of the turns, because the head",
-        "takes 53-89% of the 4k budget in 15 of the 27 runs.",
-        "",
-        "| budget | summary tokens | observations cut to | cache-breaking turns | measured |",
-        "|---|---|---|---|---|",
-    ]
-    for row in data["bound"]:
-        p = pooled.get(row["budget"], {})
-        measured = _share(p.get("cache_breaks", 0), p.get("cache_turns", 0)) if p else "-"
-        cap = "not cut" if row["cap"] is None else f"{row['cap']:.0%} of the room"
-        lines.append(
-            f"| {row['budget']} | {row['summary']} | {cap} | "
-            f"{_share(row['breaks'], row['turns'])} | {measured} |"
-        )
     return lines
 
 
@@ -184,6 +177,7 @@ def _runs_table(scores: list[RunScore]) -> list[str]:
         "tools",
         "invalid",
         "over (avoidable)",
+        "silent",
         "cache breaks",
         "max view",
     ]
@@ -201,34 +195,11 @@ def _runs_table(scores: list[RunScore]) -> list[str]:
             *(_frac(s.retained[k], s.probes[k]) for k in KINDS),
             str(s.invalid),
             f"{s.over_budget} ({s.avoidable_over})",
+            str(s.silent_overflows),
             _frac(s.cache_breaks, s.cache_turns),
             f"{s.max_view_tokens:,}",
         ]
         lines.append("| " + " | ".join(row) + " |")
-    return lines
-
-
-def _long_runs(results: dict[str, list[RunScore]]) -> list[str]:
-    """The long-runs section: a table per budget, and what it shows."""
-    lines = [
-        "No trajectory of the corpus has more than "
-        f"{PRUNE_OVER_TOKENS:,} tokens of tool output, so the pruner target",
-        "cannot be read from it. Here the trajectories of one format are replayed back to",
-        "back as one session, after the first one's head (`quality.stitched`), the same way",
-        "and with the same metrics. These runs are not part of the targets above.",
-        "",
-    ]
-    for label, scores in results.items():
-        lines += [f"At {label}:", ""] + _runs_table(scores) + [""]
-    fired = {
-        label: all(s.tool_prunes > 0 for s in scores if s.tool_output_tokens > PRUNE_OVER_TOKENS)
-        for label, scores in results.items()
-    }
-    lines.append(
-        "The tool-output pruner fired on every long run: "
-        + ", ".join(f"{label} {'yes' if ok else 'no'}" for label, ok in fired.items())
-        + "."
-    )
     return lines
 
 
@@ -259,29 +230,34 @@ def _reasons(scores: list[RunScore]) -> list[str]:
 
 def render(
     data: dict[str, Any],
-    verdicts: list[Target],
-    results: dict[str, list[RunScore]],
-    long_results: dict[str, list[RunScore]] | None = None,
+    verdicts: dict[str, list[Target]],
+    results: dict[str, dict[str, list[RunScore]]],
 ) -> str:
-    """The Markdown report."""
+    """The Markdown report: targets and totals per side (test first), then every run."""
     budgets = ", ".join(
         f"{k}: `Budget({b['max_input_tokens']}, {b['reserved_output']}, {b['buffer']})` "
         f"({b['available']:,} available)"
         for k, b in data["budgets"].items()
     )
-    smoke = " (smoke mode: two short trajectories; not the acceptance numbers)"
+    smoke = " (smoke mode: two short trajectories per side; not the acceptance numbers)"
+    counts = ", ".join(
+        f"{side} {next(iter(v['pooled'].values()))['runs']}" for side, v in data["sides"].items()
+    )
     lines = [
         "# Condensation quality" + (smoke if data["mode"] == "smoke" else ""),
         "",
         "`CondensationPolicy(budget)` with no options (offline: extractive summary), replayed",
-        "turn by turn over every trajectory of the shared corpus on fresh SQLite sessions.",
-        "Metric definitions: `QUALITY.md` in the shared docs. Regenerate with",
-        "`python -m benchmarks quality" + (" --smoke" if data["mode"] == "smoke" else "") + "`.",
+        "turn by turn over every trajectory of the benchmark corpus (`benchmarks/corpus`, see",
+        "its `PROVENANCE.md`) on fresh SQLite sessions. The corpus is split once, by source",
+        "repository, into *tune* (looked at while changing the policy) and *test* (never",
+        "tuned on): the targets are read on test. Metric definitions: `QUALITY.md` in the",
+        "shared docs. Regenerate with `python -m benchmarks quality"
+        + (" --smoke" if data["mode"] == "smoke" else "")
+        + "`.",
         "",
         f"- measured commit: `{data['commit']}`" + (f" ({data['label']})" if data["label"] else ""),
         f"- budgets: {budgets}",
-        f"- trajectories: {data['pooled'][next(iter(data['pooled']))]['runs']}; "
-        f"run time {data['duration_s']:.0f}s; Python {data['python']}",
+        f"- trajectories: {counts}; run time {data['duration_s']:.0f}s; Python {data['python']}",
     ]
     base = data.get("baseline")
     if base:
@@ -289,39 +265,43 @@ def render(
             f"- before: commit `{base.get('commit')}`"
             + (f" ({base['label']})" if base.get("label") else "")
         )
-    lines += ["", "## Targets", ""] + _targets_table(data, verdicts)
+    for side, side_data in data["sides"].items():
+        title = {"test": "Test (targets read here)", "tune": "Tune"}.get(side, side)
+        lines += ["", f"## {title}", ""] + _targets_table(data, side, verdicts[side])
+        lines += [
+            "",
+            "| budget | views | turns | over budget | silent overflows | condensations | "
+            "pruner prunes | mask prunes | runs > 40k tool out |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
+        rows = [(label, p) for label, p in side_data["pooled"].items()]
+        before = (((base or {}).get("sides") or {}).get(side) or {}).get("pooled")
+        if before:
+            rows = [(f"{label} before", p) for label, p in before.items()] + [
+                (f"{label} after", p) for label, p in rows
+            ]
+        for label, p in rows:
+            lines.append(
+                f"| {label} | {p['views']} | {p['turns']} | {p['over_budget']} | "
+                f"{p.get('silent_overflows', '-')} | {p['condensations']} | "
+                f"{p['tool_prunes']} | {p['other_prunes']} | {p.get('heavy_runs', '-')} |"
+            )
     lines += [
         "",
         "Counts are pooled over all trajectories of a budget (no mean of per-run ratios).",
         "Retention is measured on the final view; the task statement on every view sent after",
         f"it appears. The pruner target applies to runs with more than {PRUNE_OVER_TOKENS:,}",
-        "tokens of tool output (`n/a` when the corpus has none).",
-        "",
-        "## Totals",
-        "",
-        "| budget | views | turns | over budget | condensations | pruner prunes | mask prunes |",
-        "|---|---|---|---|---|---|---|",
+        "tokens of tool output (`n/a` when a side has none). A silent overflow is a view that",
+        "fits the available tokens by the library's own count but is over",
+        "`max_input_tokens - reserved_output` by tiktoken `cl100k_base`.",
     ]
-    rows = [(label, p) for label, p in data["pooled"].items()]
-    if base and base.get("pooled"):
-        rows = [(f"{label} before", p) for label, p in base["pooled"].items()] + [
-            (f"{label} after", p) for label, p in rows
-        ]
-    for label, p in rows:
-        lines.append(
-            f"| {label} | {p['views']} | {p['turns']} | {p['over_budget']} | "
-            f"{p['condensations']} | {p['tool_prunes']} | {p['other_prunes']} |"
-        )
-    if data.get("bound"):
-        lines += ["", "## Cache breaks: what no policy could beat", ""] + _bound_table(data)
-    if long_results:
-        lines += ["", "## Long runs", ""] + _long_runs(long_results)
-    for label, scores in results.items():
-        lines += ["", f"## Per trajectory at {label}", ""] + _runs_table(scores)
-        lines += ["", f"Lost probes at {label}:", ""] + _lost(scores)
-        reasons = _reasons(scores)
-        if reasons:
-            lines += ["", f"Invalid-view reasons at {label}:", ""] + reasons
+    for side, by_budget in results.items():
+        for label, scores in by_budget.items():
+            lines += ["", f"## {side}: per trajectory at {label}", ""] + _runs_table(scores)
+            lines += ["", f"Lost probes ({side}, {label}):", ""] + _lost(scores)
+            reasons = _reasons(scores)
+            if reasons:
+                lines += ["", f"Invalid-view reasons ({side}, {label}):", ""] + reasons
     lines += [
         "",
         "Columns: `tool out` = tool-output tokens (ceil(chars/4) over tool results and",
@@ -329,8 +309,9 @@ def render(
         "the tool-output pruner / by the observation masker; `task` = views holding the task",
         "statement / views checked; `paths`, `errors`, `tools` = probes retained in the final",
         "view / non-trivial probes; `over` = views over the available tokens (avoidable ones in",
-        "parentheses); `cache breaks` = turns not extending the previous turn's messages /",
-        "turns after the first; `max view` = largest view in benchmark tokens.",
+        "parentheses); `silent` = silent overflows; `cache breaks` = turns not extending the",
+        "previous turn's messages / turns after the first; `max view` = largest view in",
+        "benchmark tokens.",
         "",
     ]
     return "\n".join(lines)

@@ -154,9 +154,12 @@ class Pipeline:
         return None
 
     def summarizing_steps(self) -> list[Condenser]:
-        """Steps that write summaries (what a manual request runs), else the last step."""
+        """Steps that write summaries (what a manual request runs), else the last step;
+        with the pipeline's head truncator after them, so that a manual request on a head
+        too big for the window still ends in a view that fits."""
         found: list[Condenser] = [s for s in self.steps if isinstance(s, SummarizingCondenser)]
-        return found or [self.steps[-1]]
+        base = found or [self.steps[-1]]
+        return base + [s for s in self.steps if isinstance(s, HeadTruncator) and s not in base]
 
     # -- running
 

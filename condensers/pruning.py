@@ -473,9 +473,9 @@ class HeadTruncator:
     first two thirds and last third around the line that states the size and the ``recall``
     reference (a prune with ``keep_chars``: the originals stay in the log), keeping as
     much as still brings the view down to the run's target. It writes only when the pinned
-    head alone is over the budget, so it says so once: the head leaves room for the
-    conversation afterwards. (A head that fits but leaves no room for the newest message
-    group is kept verbatim: the view goes out over the budget, as no step could avoid.)
+    head alone is over the budget (or, on a manual request, which must end in a view that
+    fits, when the head with the newest message group is), so it says so once: the head
+    leaves room for the conversation afterwards.
 
     What it cuts first: pinned user messages before the task (demonstrations, templates),
     then the system prompt, then the task itself (a message an importer marked, else the
@@ -498,7 +498,15 @@ class HeadTruncator:
     def plan(self, view: View, budget: Budget, ctx: PlanContext) -> Proposal | None:
         started = time.perf_counter()
         head = sum(i.tokens for i in view.items if i.pinned)
-        if head <= budget.available or view.tokens <= budget.available:
+        if view.tokens <= budget.available:
+            return None
+        if head <= budget.available and (
+            ctx.trigger != "manual"
+            or head + newest_group_tokens(view) + view.summary_tokens <= budget.available
+        ):
+            # The head fits: it stays verbatim (system prompt and task are what the model
+            # must see whole). Only a manual request, which must end in a view that fits,
+            # cuts a head that leaves no room for the newest messages.
             return None
         # Down to the run's target, not just under the budget: cut just to fit, the next
         # turn would overflow again and cut again.
@@ -525,8 +533,8 @@ class HeadTruncator:
             return None
         note = (
             f"the pinned head ({head:,} tokens) leaves no room in the budget "
-            f"({budget.available:,} available): {len(targets)} pinned text(s) cut to "
-            f"{keep:,} characters"
+            f"({budget.available:,} available) for the newest messages: "
+            f"{len(targets)} pinned text(s) cut to {keep:,} characters"
         )
         proposal = _prune_proposal(self.name, self.settings(), view, targets, freed, ctx, started)
         evt = proposal.event
@@ -535,6 +543,16 @@ class HeadTruncator:
         evt.note = note
         proposal.notes.append(note)
         return proposal
+
+
+def newest_group_tokens(view: View) -> int:
+    """Tokens of what no condensation may drop after the pinned head: the newest message
+    group (the last assistant message to the end) among the unpinned items."""
+    tail = [i for i in view.items if not i.pinned]
+    last = max((n for n, i in enumerate(tail) if i.message.role == "assistant"), default=None)
+    if last is None:
+        return sum(i.tokens for i in tail[-1:])
+    return sum(i.tokens for i in tail[last:])
 
 
 def _head_groups(view: View) -> list[list[tuple[PartRef, str, int]]]:

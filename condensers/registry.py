@@ -47,7 +47,9 @@ def _llm(*, model: str | None = None, **options: Any) -> Condenser:
 
 
 def _truncate(**options: Any) -> Condenser:
-    return WindowCondenser(**{"target_fraction": 0.7, "note": TRUNCATION_NOTE, **options})
+    return WindowCondenser(
+        **{"target_fraction": 0.7, "note": TRUNCATION_NOTE, "counts": "messages", **options}
+    )
 
 
 STRATEGIES: dict[str, Factory] = {

@@ -45,6 +45,13 @@ def _note_re(note: str) -> re.Pattern[str]:
     return re.compile(r"\n*" + re.escape(head) + r"\d+" + re.escape(tail) + "$")
 
 
+def _noted(summary: str | None, note: str) -> int:
+    """The count the note at the end of ``summary`` states (0 when there is none)."""
+    head, _, tail = note.partition("{n}")
+    m = re.search(re.escape(head) + r"(\d+)" + re.escape(tail) + r"\s*$", summary or "")
+    return int(m.group(1)) if m else 0
+
+
 def trim_note(total: int, note: str = DEFAULT_NOTE) -> str:
     """The line a window condensation adds to the summary."""
     return note.replace("{n}", str(total))
@@ -72,6 +79,9 @@ class WindowCondenser:
         fold: Fold the facts of what the cut forgets (requests, files, errors, commands)
             into the carried summary with the free extractive summarizer, sized to the
             room left, instead of only counting them (the default pipeline folds).
+        counts: What ``{n}`` in the note counts: ``"events"`` (every event the
+            condensations forgot, bookkeeping included) or ``"messages"`` (the messages
+            forgotten, as Streetrace's marker says; ``truncate`` uses it).
         preserve_first: Keep the first this many interactions after the pinned head in
             the view for good (DSPy's ``preserve_first``): the first window condensation
             pins them, and every later condensation keeps its pins. Counted from the
@@ -94,6 +104,7 @@ class WindowCondenser:
         note: str = DEFAULT_NOTE,
         fold: bool = False,
         preserve_first: int = 0,
+        counts: str = "events",
     ) -> None:
         if not 0 < target_fraction <= 1:
             raise ConfigurationError(f"target_fraction must be in (0, 1], got {target_fraction}")
@@ -101,6 +112,8 @@ class WindowCondenser:
             raise ConfigurationError(f"max_interactions must be 1 or more, got {max_interactions}")
         if preserve_first < 0:
             raise ConfigurationError(f"preserve_first must be 0 or more, got {preserve_first}")
+        if counts not in ("events", "messages"):
+            raise ConfigurationError(f"counts must be 'events' or 'messages', got {counts!r}")
         if "{n}" not in note:
             raise ConfigurationError(f"note must contain {{n}} (the count), got {note!r}")
         self.target_fraction = target_fraction
@@ -110,6 +123,7 @@ class WindowCondenser:
         self.note = note
         self.fold = fold
         self.preserve_first = preserve_first
+        self.counts = counts
 
     def settings(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -125,6 +139,8 @@ class WindowCondenser:
             out["fold"] = True
         if self.preserve_first:
             out["preserve_first"] = self.preserve_first
+        if self.counts != "events":
+            out["counts"] = self.counts
         return out
 
     def _preserved(self, view: View) -> list[int]:
@@ -174,6 +190,11 @@ class WindowCondenser:
         )
         room = summary_room(view, forget, budget, ctx)
         total = max(evt.forgotten_events, previously)
+        if self.counts == "messages":
+            # Messages only (llm_call records and other bookkeeping are not messages):
+            # what the previous note said, plus the messages this cut forgets.
+            said = (prev.carried or prev.summary) if prev is not None else None
+            total = _noted(said, self.note) + forget
         shown_base = prev.summary if prev else None
         whole_base = (prev.carried or prev.summary) if prev else None
         if self.fold and forget > 0:

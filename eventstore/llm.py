@@ -19,6 +19,7 @@ __all__ = [
     "custom_logger_class",
     "remove_callback",
     "count_tokens",
+    "tiktoken_encoding",
     "completion",
     "acompletion",
     "response_cost",
@@ -91,6 +92,37 @@ def register_model(entries: dict[str, dict[str, Any]]) -> None:
 def count_tokens(model: str, text: str) -> int:
     """Tokens in ``text`` under ``model``'s offline tokenizer."""
     return int(import_litellm().token_counter(model=model, text=text))
+
+
+_ENCODINGS: dict[str, Any] = {}
+
+
+def tiktoken_encoding(name: str = "cl100k_base") -> Any | None:
+    """A tiktoken encoding read offline, or ``None`` when tiktoken or its data is missing.
+
+    tiktoken downloads an encoding's ranks on first use; litellm ships them (for
+    ``cl100k_base`` and ``o200k_base``) in its package data. This points tiktoken at that
+    folder, found without importing litellm (which costs seconds), unless
+    ``TIKTOKEN_CACHE_DIR`` is already set.
+    """
+    if name in _ENCODINGS:
+        return _ENCODINGS[name]
+    enc = None
+    try:
+        import importlib.util
+
+        spec = importlib.util.find_spec("litellm")
+        if spec is not None and spec.origin and "TIKTOKEN_CACHE_DIR" not in os.environ:
+            bundled = os.path.join(os.path.dirname(spec.origin), "litellm_core_utils", "tokenizers")
+            if os.path.isdir(bundled):
+                os.environ["TIKTOKEN_CACHE_DIR"] = bundled
+        import tiktoken
+
+        enc = tiktoken.get_encoding(name)
+    except Exception:  # no tiktoken, or its data is not on this machine (no network)
+        enc = None
+    _ENCODINGS[name] = enc
+    return enc
 
 
 def completion(**kwargs: Any) -> Any:

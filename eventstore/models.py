@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import sys
 import warnings
 from collections.abc import Mapping
@@ -66,15 +67,47 @@ def _registered(name: str) -> dict[str, Any] | None:
     return None
 
 
+_REGION_RE = re.compile(r"^(?:us|eu|apac|au|jp|ca|global|us-gov)\.")
+_VERSION_RE = re.compile(r"(?:-v\d+(?::\d+)?|:\d+|@[\w.-]+)$")
+
+
+def _normal(name: str) -> str:
+    """A model name as litellm's matching compares it: the last path segment (no provider
+    or region routes), no cross-region prefix (``us.``), no vendor prefix of a hosted
+    copy (``anthropic.``), no deployment version suffix (``-v1:0``), lower case."""
+    base = name.rsplit("/", 1)[-1].lower()
+    base = _REGION_RE.sub("", base)
+    for vendor in ("anthropic.", "meta.", "mistral.", "amazon.", "cohere.", "ai21."):
+        if base.startswith(vendor):
+            base = base[len(vendor) :]
+            break
+    return _VERSION_RE.sub("", base)
+
+
+@lru_cache(maxsize=1)
+def _normal_index() -> dict[str, str]:
+    """Normalized name -> the map key it came from (the first with a window wins)."""
+    out: dict[str, str] = {}
+    for key, entry in model_map().items():
+        if entry.get("max_input_tokens") or entry.get("max_tokens"):
+            out.setdefault(_normal(key), key)
+    return out
+
+
 def _entry(name: str) -> tuple[str, dict[str, Any]] | None:
-    """The map entry for ``name``: exact, then without a provider prefix."""
+    """The map entry for ``name``: exact, then without each provider prefix, then the
+    entry whose name means the same model (litellm's name matching: routes, regions,
+    hosted-copy prefixes and deployment versions aside), all without importing litellm."""
     candidates = [name]
-    if "/" in name:
-        candidates.append(name.split("/", 1)[1])
+    parts = name.split("/")
+    candidates += ["/".join(parts[i:]) for i in range(1, len(parts))]
     for key in candidates:
         entry = _registered(key) or model_map().get(key)
         if entry is not None:
             return key, entry
+    key = _normal_index().get(_normal(name))
+    if key is not None:
+        return key, model_map()[key]
     return None
 
 
@@ -116,7 +149,9 @@ class ModelInfo:
         found = _entry(name)
         entry = found[1] if found else {}
         provider = entry.get("litellm_provider")
-        if provider is None and "/" in name:
+        if "/" in name and (provider is None or (found and not name.endswith(found[0]))):
+            # No provider in the entry, or an entry of another host matched by name: the
+            # route the caller wrote says where the model is served.
             provider = name.split("/", 1)[0]
         window = entry.get("max_input_tokens") or entry.get("max_tokens")
         out = entry.get("max_output_tokens")

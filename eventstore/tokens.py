@@ -26,6 +26,8 @@ __all__ = [
     "TokenCounter",
     "HeuristicTokenCounter",
     "LiteLLMTokenCounter",
+    "TiktokenCounter",
+    "message_tokens",
     "part_text",
     "count_part",
     "MESSAGE_OVERHEAD",
@@ -79,6 +81,69 @@ class LiteLLMTokenCounter:
         if not text:
             return 0
         return llm.count_tokens(self.model, text)
+
+
+class TiktokenCounter:
+    """Exact counts from a tiktoken encoding (``cl100k_base`` by default), read offline
+    from the data litellm ships; repeated texts are counted once (a bounded cache).
+
+    Slower than the heuristic (a tokenizer pass over every new text), so the store does not
+    use it at append time by default; :class:`~condensers.CondensationPolicy` uses it to
+    check a view near the budget, where the heuristic's error could make it overflow.
+
+    Raises:
+        RuntimeError: tiktoken or the encoding's data is not on this machine
+            (:meth:`load` returns ``None`` instead).
+    """
+
+    def __init__(self, encoding: str = "cl100k_base", cache_size: int = 20_000) -> None:
+        enc = llm.tiktoken_encoding(encoding)
+        if enc is None:
+            raise RuntimeError(
+                f"tiktoken encoding {encoding!r} is not available offline: install litellm "
+                "(it ships tiktoken and the encodings' data) or pass another counter"
+            )
+        self._enc = enc
+        self.name = f"tiktoken:{encoding}"
+        self.provider = "openai"
+        self._cache: dict[str, int] = {}
+        self._cache_size = cache_size
+
+    @classmethod
+    def load(cls, encoding: str = "cl100k_base") -> TiktokenCounter | None:
+        """The counter, or ``None`` when the encoding cannot be read on this machine."""
+        try:
+            return cls(encoding)
+        except RuntimeError:
+            return None
+
+    def count(self, text: str) -> int:
+        if not text:
+            return 0
+        n = self._cache.get(text)
+        if n is None:
+            n = len(self._enc.encode(text, disallowed_special=()))
+            if len(self._cache) >= self._cache_size:
+                self._cache.clear()  # bounded: consecutive views share most texts anyway
+            self._cache[text] = n
+        return n
+
+
+def message_tokens(messages: list[dict[str, object]], counter: TokenCounter) -> int:
+    """Tokens of rendered (OpenAI-style) messages under ``counter``: each message's text
+    content, tool calls' names and arguments, plus :data:`MESSAGE_OVERHEAD` per message."""
+    total = 0
+    for m in messages:
+        content = m.get("content")
+        if isinstance(content, list):
+            texts = [str(c.get("text") or "") for c in content if isinstance(c, dict)]
+        else:
+            texts = [str(content or "")]
+        for call in m.get("tool_calls") or []:  # type: ignore[attr-defined]
+            fn = call.get("function") or {}
+            texts += [str(fn.get("name") or ""), str(fn.get("arguments") or "")]
+        total += MESSAGE_OVERHEAD + sum(counter.count(t) for t in texts if t)
+    return total
 
 
 def part_text(part: Part) -> str:

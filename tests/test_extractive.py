@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 
 from condensers import ExtractiveSummarizer
+from condensers.summarizing.template import HEADINGS
 from eventstore import EventStore, Message, ToolCallPart
 
 TRACEBACK = """Traceback (most recent call last):
@@ -58,8 +59,12 @@ def test_error_lines_prefer_the_exception_and_skip_code(store: EventStore) -> No
     errors = text.split("## Errors and fixes", 1)[1].split("##", 1)[0]
     lines = [ln for ln in errors.splitlines() if ln.startswith("- ")]
     # The exception line comes before the other error lines of its output; the same error
-    # at the second run is one entry naming both (placed where it last occurred).
-    assert lines == ["- [3] bash: Error: exit code 1", "- [3, 7] bash: ValueError: bad header"]
+    # at the second run is one entry naming both (placed where it last occurred), with the
+    # file and line the traceback ends in.
+    assert lines == [
+        "- [3] bash: Error: exit code 1",
+        "- [3, 7] bash: ValueError: bad header (at /repo/src/ledger/parse.py:40)",
+    ]
     first = ExtractiveSummarizer().summarize(None, _events(store, sid)[:3]).text
     assert first.split("## Errors and fixes", 1)[1].index("ValueError: bad header") < first.split(
         "## Errors and fixes", 1
@@ -233,3 +238,42 @@ def test_the_same_error_from_two_tools_is_one_entry_and_other_errors_stay(
         f"- [{s[5]}] ValueError: bad input",
         f"- [{s[7]}] bash: KeyError: bad input",
     ]
+
+
+def test_inventories_keep_the_newest_and_most_referenced_and_say_what_was_left_out(
+    store: EventStore,
+) -> None:
+    sid = store.create_session().id
+    batch: list[Message] = [Message.user("Tidy the package.")]
+    for i in range(300):
+        batch.append(_shell(f"c{i}", f"cat src/pkg/module_{i:03d}.py"))
+        batch.append(Message.tool(f"c{i}", "ok", name="bash"))
+        if i % 10 == 0:  # one early file the run keeps coming back to
+            batch.append(_shell(f"r{i}", "cat src/pkg/core_config.py"))
+            batch.append(Message.tool(f"r{i}", "ok", name="bash"))
+    store.append(sid, [Message.system("rules"), *batch])
+    summary = ExtractiveSummarizer(max_files=40).summarize(None, _events(store, sid)).text
+    files = summary.split(f"## {HEADINGS[5]}", 1)[1]
+    assert "src/pkg/module_299.py" in files  # the newest
+    assert "src/pkg/core_config.py" in files  # the most referenced
+    assert "src/pkg/module_000.py" not in files
+    assert "older files omitted; search_history finds them" in files
+
+
+def test_text_mode_actions_count_as_commands(store: EventStore) -> None:
+    sid = store.create_session().id
+    store.append(
+        sid,
+        [
+            Message.system("rules"),
+            Message.user("Find the bug."),
+            Message.assistant("Let me look.\nACTION: grep -rn parse src/ | head -5"),
+            Message.user("src/a.py:3: parse()"),
+            Message.assistant("Now run it:\n```bash\ncd src && python -m pytest -q\n```"),
+            Message.user("1 failed"),
+        ],
+    )
+    summary = ExtractiveSummarizer().summarize(None, _events(store, sid)).text
+    commands = next(ln for ln in summary.splitlines() if ln.startswith("- commands run:"))
+    for word in ("grep", "head", "cd", "python"):
+        assert f"{word} x" in commands

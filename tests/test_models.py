@@ -71,3 +71,25 @@ def test_lookup_does_not_import_litellm() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_lookup_matches_names_the_way_litellm_does_without_importing_it() -> None:
+    """A dated Anthropic name the map only holds as a hosted copy is still known: provider
+    routes, region prefixes, hosted-copy prefixes and deployment versions aside."""
+    import sys
+    import warnings
+
+    from eventstore.budget import Budget
+    from eventstore.models import ModelInfo
+
+    had_litellm = "litellm" in sys.modules
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no UnknownModelWarning
+        info = ModelInfo.lookup("anthropic/claude-sonnet-4-20250514")
+        budget = Budget.for_model("anthropic/claude-sonnet-4-20250514")
+        hosted = ModelInfo.lookup("bedrock/us.anthropic.claude-sonnet-4-20250514-v1:0")
+    assert info.known and info.max_input_tokens == 200_000
+    assert info.provider == "anthropic"
+    assert budget.max_input_tokens == 200_000
+    assert hosted.max_input_tokens == 200_000
+    assert ("litellm" in sys.modules) == had_litellm  # read from the file, not imported

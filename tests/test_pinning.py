@@ -134,3 +134,44 @@ def test_a_placeholder_prune_still_refuses_text_parts(store: EventStore) -> None
     store.append(sid, [Message.system("rules"), Message.user("task")])
     with pytest.raises(InvalidEventError, match="not a stored tool result"):
         store.append(sid, [Prune(targets=[PartRef(seq=2, index=0)])])
+
+
+def _head_just_under(store: EventStore, budget: Budget) -> str:
+    """A task that alone fits the budget but leaves no room for the newest messages."""
+    sid = store.create_session().id
+    task = "Task: " + "word " * int(budget.available * 4 * 0.95 / 5)
+    store.append(sid, [Message.system("You are an agent."), Message.user(task)])
+    assert sum(i.tokens for i in store.view(sid).items if i.pinned) <= budget.available
+    return sid
+
+
+def test_a_head_that_fits_alone_stays_verbatim_on_automatic_runs(store: EventStore) -> None:
+    """Automatic runs keep a head that fits verbatim, even when the newest messages leave
+    the view over the budget (no condensation could avoid that)."""
+    budget = Budget(max_input_tokens=4_096, reserved_output=512, buffer=205)
+    sid = _head_just_under(store, budget)
+    task = store.view(sid).to_messages()[1]["content"]
+    policy = CondensationPolicy(budget, token_counter=store.token_counter, real_counter=False)
+    for i in range(3):
+        store.append(sid, [Message.assistant(f"step {i} " + "think " * 200)])
+        store.append(sid, [Message.user(f"output {i} " + "line of output\n" * 150)])
+        assert policy.maybe_condense(store, sid).error is None
+        assert store.view(sid).to_messages()[1]["content"] == task
+
+
+def test_a_manual_request_on_a_head_too_big_ends_in_a_view_that_fits(store: EventStore) -> None:
+    budget = Budget(max_input_tokens=4_096, reserved_output=512, buffer=205)
+    sid = _head_just_under(store, budget)
+    store.append(sid, [Message.assistant("step " + "think " * 300)])
+    store.append(sid, [Message.user("output " + "line of output\n" * 200)])
+    assert store.view(sid).tokens > budget.available
+    out = CondensationPolicy(budget, real_counter=False).condense(store, sid)
+    assert out.error is None and out.fits
+    assert store.view(sid).tokens <= budget.available
+    assert "truncate_pinned_head" in [s.condenser for s in out.steps]
+    cuts = [
+        e.event
+        for e in store.read(sid, kinds=["prune"])
+        if isinstance(e.event, Prune) and e.event.strategy == "truncate_pinned_head"
+    ]
+    assert len(cuts) == 1 and "for the newest messages" in (cuts[0].note or "")

@@ -214,3 +214,35 @@ def test_the_pruner_fires_on_a_long_run_replayed_turn_by_turn_at_small_budgets(
         prunes = [e.event for e in store.read(sid, kinds=["prune"]) if isinstance(e.event, Prune)]
         assert any(p.strategy == ToolOutputPruner.name for p in prunes), budget
         assert store.view(sid).tokens <= budget.available or policy.maybe_condense(store, sid).fits
+
+
+def test_complete_prunes_at_session_start_and_condenses_before_sending(
+    store: EventStore,
+) -> None:
+    """The first model call of a session runs the pruners first (a resumed or imported
+    session starts lean), and a view over the threshold is condensed before it is sent,
+    not after the provider rejects it."""
+    from condensers import complete
+    from eventstore import LLMCall
+
+    sid = agent_run(store, [2_500] * 30)  # under every threshold of LARGE
+    policy = CondensationPolicy(LARGE)
+    complete(store, sid, model="gpt-4o-mini", policy=policy, mock_response="ok")
+    kinds = [(e.kind, getattr(e.event, "strategy", None)) for e in store.read(sid)]
+    prune_at = kinds.index(("prune", "prune_tool_outputs"))
+    call_at = next(i for i, (k, _) in enumerate(kinds) if k == "llm_call")
+    assert prune_at < call_at
+    # Later calls do not prune again on their own (only the policy's triggers run).
+    store.append(sid, [Message.user("next")])
+    complete(store, sid, model="gpt-4o-mini", policy=policy, mock_response="ok")
+    kinds = [(e.kind, getattr(e.event, "strategy", None)) for e in store.read(sid)]
+    assert sum(1 for k in kinds if k == ("prune", "prune_tool_outputs")) == 1
+    assert sum(1 for k, _ in kinds if k == "llm_call") == 2
+
+    small = Budget(max_input_tokens=8_000, reserved_output=1_000, buffer=400)
+    sid2 = agent_run(store, [2_500] * 10)
+    assert store.view(sid2).tokens > small.available
+    complete(store, sid2, model="gpt-4o-mini", policy=CondensationPolicy(small), mock_response="ok")
+    calls = [e for e in store.read(sid2, kinds=["llm_call"]) if isinstance(e.event, LLMCall)]
+    sent = store.view(sid2, as_of=calls[0].event.view_seq)
+    assert sent.tokens <= small.available  # what was sent fit: it was condensed first

@@ -158,3 +158,29 @@ def test_window_preserves_the_first_interactions_for_good(store: EventStore) -> 
     assert store.verify(sid).ok
     with pytest.raises(ConfigurationError, match="preserve_first"):
         registry.strategy("window", preserve_first=-1)
+
+
+def test_truncate_counts_messages_not_llm_call_records(store: EventStore) -> None:
+    """Streetrace's marker: N is the number of messages truncated, across condensations;
+    the llm_call records between them are not messages."""
+    from eventstore import LLMCall
+
+    sid = store.create_session().id
+    store.append(sid, [Message.system("rules"), Message.user("Chat with me.")])
+    budget = Budget(max_input_tokens=600, reserved_output=50, buffer=10)
+    policy = CondensationPolicy(budget, registry.pipeline(["truncate"]), real_counter=False)
+    messages = 0
+    for round_ in range(2):
+        for i in range(20):
+            view = store.view(sid)
+            call = LLMCall(model="m", view_seq=view.seq, fingerprint=view.fingerprint())
+            store.append(sid, [call, Message.assistant(f"answer {round_}.{i} " + "x " * 20)])
+            store.append(sid, [Message.user(f"question {round_}.{i} " + "y " * 20)])
+        assert policy.condense(store, sid).condensed
+    view = store.view(sid)
+    assert view.condensation is not None
+    forgotten = [e for e in store.forgotten(sid, view.condensation.seq)]
+    messages = sum(1 for e in forgotten if e.kind == "message")
+    assert view.summary is not None
+    assert view.summary.endswith(f"[{messages} earlier messages truncated to fit context window]")
+    assert messages < sum(1 for _ in forgotten)  # llm_call records were forgotten too

@@ -60,9 +60,13 @@ def test_the_last_files_touched_stay_in_the_summary(store: EventStore) -> None:
     # Touched in the order a, b, c, a again: the last two are c and a (its edit).
     assert [e.path for e in entries] == ["src/c.py", "src/a.py"]
     c, a = entries
-    assert a.header == f"src/a.py (edit_file, seq {seqs['edit a']})"
-    assert a.body == _file("a.py", "v2")  # small: whole, the newest version
-    assert "a.py v1" not in summary
+    # The edit tool's reply is not the file: a.py shows what was read, marked as changed
+    # since by the edit (the call's seq), so the agent knows to read it again.
+    assert a.header == (
+        f"src/a.py (read_file, seq {seqs['read a']}) changed at seq {seqs['edit a'] - 1}"
+    )
+    assert a.body == _file("a.py", "v1")
+    assert "a.py v2" not in summary
     # A long output keeps its head and tail, and says how to get the rest.
     assert c.body.startswith("# c.py v1 line 0") and c.body.endswith("# c.py v1 line 399")
     assert f'recall(ref="{seqs["read c"]}:0")' in c.body
@@ -86,7 +90,7 @@ def test_the_section_is_carried_and_updated_by_the_next_condensation(
     _, entries = rehydrate.split(summary)
     assert [e.path for e in entries] == ["src/a.py", "src/b.py"]  # c.py is the oldest now
     assert entries[1].header == f"src/b.py (read_file, seq {read_b})"
-    assert entries[0].body == _file("a.py", "v2")  # carried from the previous summary
+    assert entries[0].body == _file("a.py", "v1")  # carried from the previous summary
     assert summary.count(rehydrate.HEADING) == 1
     assert store.verify(sid).ok
 
@@ -121,3 +125,26 @@ def test_split_reads_back_what_section_writes() -> None:
     core, entries = rehydrate.split(text)
     assert core == "## Goal\n- fix"
     assert entries == [rehydrate.FileEntry("a.md", "a.md (read, seq 4)", "# Title\n\nbody")]
+
+
+def test_a_file_written_whole_shows_what_was_written_not_the_reply(store: EventStore) -> None:
+    sid = store.create_session().id
+    store.append(sid, [Message.system("You fix bugs."), Message.user("Add a module.")])
+    text = _file("new.py", "v1")
+    call = ToolCallPart(
+        id="w1",
+        name="str_replace_editor",
+        arguments=json.dumps({"command": "create", "path": "src/new.py", "file_text": text}),
+    )
+    store.append(
+        sid,
+        [
+            Message.assistant("creating", tool_calls=[call]),
+            Message.tool("w1", "File created successfully at: src/new.py"),
+        ],
+    )
+    for i in range(5, 9):
+        _touch(store, sid, i, "bash", None, "total 0\n" * 400)
+    _, entries = rehydrate.split(_condense(store, sid))
+    assert [e.path for e in entries] == ["src/new.py"]
+    assert entries[0].body == text and "written at seq" in entries[0].header

@@ -210,6 +210,9 @@ class SummarizingCondenser:
         return summarizer.summarize(previous, events, focus=ctx.focus)
 
 
+#: The extractive summary's default share of the target (see :class:`ExtractiveCondenser`).
+EXTRACTIVE_SUMMARY_FRACTION = 0.5
+
 #: The :class:`SummarizingCondenser` arguments the ready-made forms take by keyword.
 _OWN = (
     "target_fraction",
@@ -245,8 +248,15 @@ class LLMSummaryCondenser(SummarizingCondenser):
 
 
 class ExtractiveCondenser(SummarizingCondenser):
-    """A :class:`SummarizingCondenser` with the deterministic extractive summarizer."""
+    """A :class:`SummarizingCondenser` with the deterministic extractive summarizer.
+
+    Its summary gets half of the target by default (``summary_fraction=0.5``), not a
+    quarter: it is made of inventories (files, commands, errors) that cost a few tokens an
+    entry and are complete only while they fit, where the verbatim tail they replace is
+    mostly tool output that the pruners shorten anyway.
+    """
 
     def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("summary_fraction", EXTRACTIVE_SUMMARY_FRACTION)
         own = {k: kwargs.pop(k) for k in _OWN if k in kwargs}
         super().__init__(ExtractiveSummarizer(**kwargs), fallback=None, **own)

@@ -63,8 +63,18 @@ _FENCE_RE = re.compile(r"```[\w-]*\n(.*?)```", re.S)
 _COMMANDS_RE = re.compile(r"^- commands run: (.*)$")
 _TOOLS_RE = re.compile(r"^- tools called: (.*)$")
 _TOOL_COUNT_RE = re.compile(r"([^\s,]+) x(\d+)")
-_TRIM_RE = re.compile(r"^- \((\d+) (?:earlier|more) (?:requests|errors|files) omitted\)$")
+_TRIM_RE = re.compile(
+    r"^- \((\d+) (?:earlier|more|older|less referenced) (?:requests|errors|files) omitted"
+    r"(?:[;:][^)]*)?\)$"
+)
+# Text-mode actions: ``ACTION: cmd`` / ``Action: cmd`` lines (ReAct-style agents).
+_ACTION_RE = re.compile(r"^\s*(?:ACTION|Action)\s*:\s*(.+)$", re.MULTILINE)
+#: How a dropped entry can still be found: the log keeps every event, and the agent's
+#: ``search_history`` tool searches it.
+LOOKUP_HINT = "search_history finds them by name"
 _NONE = "- none"
+#: Distinct command words listed (most used first): far more than a run uses.
+MAX_COMMAND_WORDS = 200
 
 
 #: Extensions a bare name must carry to count as a file: source code of the common
@@ -121,7 +131,7 @@ def _paths_in_call(call: ToolCallPart) -> list[str]:
     return list(dict.fromkeys(_paths_in_value(_arguments(call))))
 
 
-def _error_lines(text: str, limit: int = 3) -> list[str]:
+def _error_lines(text: str, limit: int = 12) -> list[str]:
     """The error lines of an output, most telling first: the exception line a traceback
     ends with, then the others, skipping the traceback header and lines of code a viewer
     shows; de-duplicated, at most ``limit``."""
@@ -137,6 +147,25 @@ def _error_lines(text: str, limit: int = 3) -> list[str]:
     exceptions = [ln for ln in reversed(found) if _EXCEPTION_RE.match(ln)]
     ordered = list(dict.fromkeys(exceptions + found))
     return [clip(ln, 240) for ln in ordered[:limit]]
+
+
+_TRACE_LINE_RE = re.compile(r'File "([^"]+)", line (\d+)')
+
+
+def _located(lines: list[str], text: str) -> list[str]:
+    """Error lines with where they happened: an exception line gets the innermost
+    ``file:line`` of the traceback it ends (``ValueError: x (at pkg/mod.py:12)``)."""
+    frames = _TRACE_LINE_RE.findall(text)
+    if not frames:
+        return lines
+    where = f"{frames[-1][0]}:{frames[-1][1]}"
+    return [f"{ln} (at {where})" if _EXCEPTION_RE.match(ln) else ln for ln in lines]
+
+
+def _text_actions(text: str) -> list[str]:
+    """The commands a text-mode assistant message writes out: every fenced block, and
+    ``ACTION:`` lines."""
+    return _FENCE_RE.findall(text) + _ACTION_RE.findall(text)
 
 
 def _command_words(command: str) -> list[str]:
@@ -254,14 +283,33 @@ def _omitted(lines: list[str]) -> int:
 
 
 def _bounded(
-    items: list[str], keep_first: int, keep_last: int, what: str, dropped: int
+    items: list[str],
+    keep_first: int,
+    keep_last: int,
+    what: str,
+    dropped: int,
+    refs: Counter[str] | None = None,
 ) -> list[str]:
-    """``items`` reduced to the first and last few, with a count of what was dropped."""
+    """``items`` reduced to the first and last few, with a count of what was dropped and
+    how to find it (never silently). With ``refs`` (mentions per item), a quarter of the
+    kept room goes to the most referenced of the entries that would be dropped, so an
+    entry the run keeps coming back to stays although it was first named long ago."""
     if len(items) > keep_first + keep_last:
         dropped += len(items) - keep_first - keep_last
-        items = items[:keep_first] + items[len(items) - keep_last :]
+        head, middle = items[:keep_first], items[keep_first : len(items) - keep_last]
+        tail = items[len(items) - keep_last :]
+        if refs and keep_last >= 4:
+            k = keep_last // 4
+            popular = set(sorted(middle, key=lambda e: -refs[e])[:k])
+            popular = {e for e in popular if refs[e] > 1}
+            if popular:
+                tail = tail[len(popular) :]
+                middle_kept = [e for e in middle if e in popular]
+                tail = middle_kept + tail
+        items = head + tail
     if dropped:
-        items = items[:keep_first] + [f"- ({dropped} {what} omitted)"] + items[keep_first:]
+        note = f"- ({dropped} {what} omitted; {LOOKUP_HINT})"
+        items = items[:keep_first] + [note] + items[keep_first:]
     return items or [_NONE]
 
 
@@ -301,15 +349,19 @@ class ExtractiveSummarizer:
     """A deterministic structured summary built from the events themselves. Costs nothing.
 
     Anchored like the LLM summary: the previous summary's lists are parsed and extended, so
-    facts survive any number of condensations. Each list is bounded (the first and the
-    newest entries are kept, with a count of what was dropped) so the summary cannot grow
-    without limit.
+    facts survive any number of condensations. The lists are inventories (files named,
+    commands run, errors seen, with their file and line when a traceback gives them):
+    complete while they fit; when the summary must fit a limit, the newest and the most
+    referenced entries are kept verbatim and the rest is counted, with a note that
+    ``search_history`` finds it (never dropped silently).
 
     Args:
         request_chars: Cap on each quoted user request (start and end kept).
         max_requests: User requests kept besides the first one (the task statement).
-        max_errors: Newest error lines kept.
-        max_files: File paths kept (first seen first).
+        max_errors: Newest error lines kept (fewer when the summary must fit a limit).
+        max_files: File paths kept: the most recently named, and some of the most often
+            named (fewer when the summary must fit a limit). What is dropped is counted,
+            with a note saying that ``search_history`` finds it.
         last_message_chars: Cap on the quoted last assistant message.
     """
 
@@ -320,8 +372,8 @@ class ExtractiveSummarizer:
         *,
         request_chars: int = 1500,
         max_requests: int = 6,
-        max_errors: int = 8,
-        max_files: int = 40,
+        max_errors: int = 128,
+        max_files: int = 256,
         last_message_chars: int = 1500,
     ) -> None:
         self.request_chars = request_chars
@@ -418,7 +470,7 @@ class ExtractiveSummarizer:
                     commands.update(_call_commands(part))
                     files.extend(f"- {p}" for p in _paths_in_call(part))
                 elif isinstance(part, ToolResultPart):
-                    lines = _error_lines(part.output)
+                    lines = _located(_error_lines(part.output), part.output)
                     if not lines and (part.is_error or part.state != "completed"):
                         lines = [clip(part.output.strip(), 240) or part.state]
                     tool = part.name or "tool"
@@ -426,25 +478,28 @@ class ExtractiveSummarizer:
                     errors.extend(f"- [{stored.seq}] {tool}: {ln}" for ln in lines)
                     seen_in_output.extend(f"- {p}" for p in _TRACE_FILE_RE.findall(part.output))
             if msg.role == "user":
-                errors.extend(f"- [{stored.seq}] {ln}" for ln in _error_lines(msg.text))
+                found = _located(_error_lines(msg.text), msg.text)
+                errors.extend(f"- [{stored.seq}] {ln}" for ln in found)
                 seen_in_output.extend(f"- {p}" for p in _TRACE_FILE_RE.findall(msg.text))
             if msg.role == "assistant" and msg.text.strip():
                 # Paths the assistant names and commands it writes out (text-mode agents).
                 files.extend(f"- {p}" for p in _paths_in_value(msg.text))
                 if not msg.tool_calls:
-                    blocks = _FENCE_RE.findall(msg.text)
-                    if blocks:
-                        commands.update(_command_words(blocks[-1]))
+                    for action in _text_actions(msg.text):
+                        commands.update(_command_words(action))
             if msg.role == "assistant" and (msg.text.strip() or msg.tool_calls):
                 text = msg.text.strip()
                 calls = ", ".join(_call_brief(c, text) for c in msg.tool_calls)
                 body = text + (f"\n  calls: {calls}" if calls else "")
                 last_assistant = (stored.seq, body)
 
-        files = list(dict.fromkeys(files))
+        # Newest mention last (a file named again moves to the end), with its mentions
+        # counted: the bound keeps the newest and some of the most referenced.
+        refs = Counter(files)
+        files = list(dict.fromkeys(reversed(files)))[::-1]
         named = set(files)
         files = _without_suffixes(
-            files + [f for f in dict.fromkeys(seen_in_output) if f not in named]
+            [f for f in dict.fromkeys(seen_in_output) if f not in named] + files
         )
         sections: dict[str, list[str]] = {}
         sections[HEADINGS[0]] = _bounded(
@@ -456,7 +511,7 @@ class ExtractiveSummarizer:
         if tools:
             done.append("- tools called: " + ", ".join(f"{n} x{c}" for n, c in tools.most_common()))
         if commands:
-            top = commands.most_common(40)
+            top = commands.most_common(MAX_COMMAND_WORDS)
             done.append("- commands run: " + ", ".join(f"{n} x{c}" for n, c in top))
         prev_progress = prev.get(HEADINGS[1], [])
         in_progress = [ln for ln in _after(prev_progress, "In progress:") if ln.startswith("- ")]
@@ -473,7 +528,9 @@ class ExtractiveSummarizer:
         else:
             state = prev.get(HEADINGS[4], []) or [_NONE]
         sections[HEADINGS[4]] = state
-        sections[HEADINGS[5]] = _bounded(files, caps.max_files, 0, "more files", file_dropped)
+        sections[HEADINGS[5]] = _bounded(
+            files, 0, caps.max_files, "older files", file_dropped, refs
+        )
         nxt = f"- continue from the conversation below (condensed through seq {last_seq})"
         if last_seq is None:
             nxt = (prev.get(HEADINGS[6]) or [_NONE])[0]
