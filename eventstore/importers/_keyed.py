@@ -1,0 +1,417 @@
+"""Keyed, resumable import of coding-agent transcripts (Claude Code, Codex CLI, Gemini CLI).
+
+A transcript is one agent session that keeps growing on disk. Its session in the store is
+found by key, ``"<format>:<source session id>"``, so importing the same file again finds it:
+
+* the last stored event's source position (``upto``, see :mod:`._agent`) says how far the
+  store's copy goes; the file is converted again from the start (conversion is
+  deterministic, and cheap next to writing) and only the events after that point are
+  appended, so earlier seqs and hashes never change and a re-import adds nothing;
+* each session the converter fills (the main one, and a child per subagent) is checked: the
+  events the file makes up to the resume point must be exactly as many as the session holds,
+  or the file was rewritten and the import stops with the reason;
+* the new events are streamed in batches into one transaction per file: memory stays
+  bounded whatever the file's size, and a file that fails anywhere (or a process killed
+  halfway) leaves the store as it was.
+
+A last line without its newline is still being written: it is left for a later import, and
+the converter keeps back a compaction marker whose summary is due on that line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from .. import _sql
+from ..errors import EventStoreError, NotFoundError
+from ..events import Condensation
+from ..records import Session
+from ..store import EventStore
+from ._agent import Converter, InvalidLine, Item, Torn, first_records, read_records, source_of
+from ._loading import ImportFormatError
+from .claude_code import ClaudeCode, looks_claude_code
+from .codex import Codex, looks_codex
+from .gemini_cli import GeminiCli, json_session_records, looks_gemini, looks_gemini_header
+
+AGENT_FORMATS: dict[str, type[Converter]] = {
+    "claude-code": ClaudeCode,
+    "codex": Codex,
+    "gemini-cli": GeminiCli,
+}
+"""The coding-agent formats, by name."""
+
+BytesProgress = Callable[[int, int], None]
+"""Called with ``(bytes_read, bytes_total)`` as a transcript is read."""
+
+DEFAULT_BATCH = 1000
+
+
+@dataclass
+class SessionImport:
+    """What importing a transcript did to one session."""
+
+    session_id: str
+    key: str
+    format: str
+    path: str
+    events: int
+    """Events appended by this import."""
+    condensations: int
+    """Condensations among them."""
+    status: Literal["created", "updated", "up to date"]
+    head_seq: int
+    """The session's head after the import."""
+    parent_id: str | None = None
+    """The main session, for a subagent's child session."""
+    pending_line: int | None = None
+    """A last line still being written (no newline yet), left for a later import."""
+
+    @property
+    def created(self) -> bool:
+        return self.status == "created"
+
+    @property
+    def updated(self) -> bool:
+        return self.status == "updated"
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready, with ``created`` and ``updated`` flags beside ``status``."""
+        return asdict(self) | {"created": self.created, "updated": self.updated}
+
+
+def detect_agent_format(path: str | Path) -> str | None:
+    """The coding-agent format of a transcript from its first records, or ``None``."""
+    p = Path(path)
+    if p.suffix == ".json":
+        try:
+            next(json_session_records(p))
+            return "gemini-cli"
+        except ImportFormatError:
+            return None
+        except StopIteration:  # pragma: no cover - the generator always yields the header
+            return None
+    try:
+        records = first_records(p, limit=8)
+    except ImportFormatError:
+        return None
+    if looks_gemini(records):
+        return "gemini-cli"
+    if looks_codex(records):
+        return "codex"
+    if looks_claude_code(records):
+        return "claude-code"
+    return None
+
+
+def _records(path: Path, fmt: str, counter: list[int]) -> Iterator[tuple[int, Any] | Torn]:
+    if fmt == "gemini-cli" and _is_single_json(path):
+        counter[0] = path.stat().st_size
+        yield from json_session_records(path)
+        return
+    yield from read_records(path, counter)
+
+
+def _is_single_json(path: Path) -> bool:
+    if path.suffix == ".json":
+        return True
+    first = first_records(path, limit=1)
+    return bool(first) and isinstance(first[0], dict) and isinstance(first[0].get("messages"), list)
+
+
+def _peek_source_id(path: Path, fmt: str) -> str:
+    """The source session id from the first records (the file's stem when none says)."""
+    if fmt == "gemini-cli" and _is_single_json(path):
+        header = next(json_session_records(path))[1]
+        return str(header["sessionId"])
+    for rec in first_records(path, limit=200):
+        if not isinstance(rec, dict):
+            continue
+        if fmt == "claude-code" and isinstance(rec.get("sessionId"), str):
+            return rec["sessionId"]
+        if fmt == "codex" and rec.get("type") == "session_meta":
+            payload = rec.get("payload")
+            if isinstance(payload, dict) and isinstance(payload.get("id"), str):
+                return payload["id"]
+        if fmt == "gemini-cli" and looks_gemini_header(rec):
+            return str(rec["sessionId"])
+    return path.stem
+
+
+class _Target:
+    """One session the transcript fills: the main one or a subagent's child."""
+
+    def __init__(self, session: Session | None, name: str | None) -> None:
+        self.session = session
+        self.name = name
+        self.start = session.head_seq if session else 0  # events it held before
+        self.head = self.start
+        self.buffer: list[Any] = []
+        self.appended = 0
+        self.condensations = 0
+        self.created = False
+
+
+def import_transcript(
+    store: EventStore,
+    path: str | Path,
+    format: str | None = None,
+    *,
+    final: bool = True,
+    progress: BytesProgress | None = None,
+    batch_size: int = DEFAULT_BATCH,
+) -> list[SessionImport]:
+    """Import (or bring up to date) one coding-agent transcript.
+
+    Args:
+        store: Where to write.
+        path: The transcript (a ``.jsonl`` file, or a Gemini CLI ``.json`` session).
+        format: ``claude-code``, ``codex`` or ``gemini-cli``; detected when omitted.
+        final: The file is complete (``import``). ``False`` (``watch``) keeps back a
+            compaction marker whose summary is not written yet.
+        progress: Called with ``(bytes_read, bytes_total)`` as the file is read.
+        batch_size: Events per append.
+
+    Returns:
+        One entry per session the transcript fills (the main one first, then subagents).
+
+    Raises:
+        ImportFormatError: Not a transcript of a known format, or the file no longer
+            matches what an earlier import stored. Nothing has been written.
+    """
+    p = Path(path)
+    fmt = format or detect_agent_format(p)
+    if fmt is None:
+        raise ImportFormatError(
+            f"{p}: not a coding-agent transcript (tried {', '.join(AGENT_FORMATS)}); "
+            "pass --format to say which it is"
+        )
+    if fmt not in AGENT_FORMATS:
+        raise ImportFormatError(f"{p}: unknown format {fmt!r} (known: {', '.join(AGENT_FORMATS)})")
+    if not p.is_file():
+        raise ImportFormatError(f"{p}: not a file")
+    if format is not None and detect_agent_format(p) not in (None, fmt):
+        raise ImportFormatError(
+            f"{p}: this is a {detect_agent_format(p)} transcript, not {fmt}; "
+            "omit --format to detect it"
+        )
+    key = f"{fmt}:{_peek_source_id(p, fmt)}"
+    main = _by_key(store, key)
+    targets: dict[str | None, _Target] = {None: _Target(main, None)}
+    resume = 0
+    if main is not None:
+        resume = _resume_point(store, main, p.name)
+        for child in store.list_sessions(parent_id=main.id, limit=None):
+            sub = (child.metadata or {}).get("subagent")
+            if isinstance(sub, dict) and isinstance(sub.get("name"), str):
+                targets[sub["name"]] = _Target(child, sub["name"])
+                resume = max(resume, _resume_point(store, child, p.name))
+    conv = AGENT_FORMATS[fmt](p, resume=resume)
+    total = p.stat().st_size
+    counter = [0]
+    pending: int | None = None
+    with store._tx(write=True) as conn:
+        writer = _Writer(store, conn, conv, key, targets, resume, batch_size)
+        for rec in _records(p, fmt, counter):
+            if isinstance(rec, Torn):
+                pending = rec.line
+                break
+            conv.push(*rec)
+            writer.take(conv.drain())
+            if progress:
+                progress(counter[0], total)
+        conv.finish(final=final and pending is None)
+        writer.take(conv.drain())
+        writer.flush_all()
+        writer.check_complete()
+    if progress:
+        progress(total, total)
+    return writer.results(store, fmt, str(p), pending)
+
+
+def _by_key(store: EventStore, key: str) -> Session | None:
+    try:
+        return store.get_session_by_key(key)
+    except NotFoundError:
+        return None
+
+
+def _resume_point(store: EventStore, session: Session, file: str) -> int:
+    """The last source line of ``file`` the session's newest event accounts for."""
+    if session.head_seq == 0:
+        return 0
+    tail = store.read_tail(session.id, 1)
+    src = source_of(tail[0].event) if tail else None
+    if src is None or src.get("file") != file or not isinstance(src.get("upto"), int):
+        return 0
+    return int(src["upto"])
+
+
+class _Writer:
+    def __init__(
+        self,
+        store: EventStore,
+        conn: Any,
+        conv: Converter,
+        key: str,
+        targets: dict[str | None, _Target],
+        resume: int,
+        batch_size: int,
+    ) -> None:
+        self.store, self.conn, self.conv, self.key = store, conn, conv, key
+        self.targets = targets
+        self.resume = resume
+        self.batch_size = max(1, batch_size)
+
+    def take(self, items: list[Item]) -> None:
+        for item in items:
+            target = self.targets.get(item.child)
+            if target is None:
+                target = self.targets[item.child] = _Target(None, item.child)
+            if item.upto <= self.resume:
+                if item.seq > target.start:
+                    self._rewritten(target, item.seq)
+                continue
+            if item.seq != target.head + len(target.buffer) + 1:
+                self._rewritten(target, item.seq)
+            target.buffer.append(item.event)
+            if isinstance(item.event, Condensation):
+                target.condensations += 1
+            if len(target.buffer) >= self.batch_size:
+                self._flush(target)
+
+    def _rewritten(self, target: _Target, seq: int) -> None:
+        where = f"session {target.session.id}" if target.session else "its session"
+        raise ImportFormatError(
+            f"{self.conv.path}: the file no longer matches what was imported into {where} "
+            f"(key {self._key(target)!r}): its events up to line {self.resume} make "
+            f"{seq} or more where the session holds {target.start}. The transcript was "
+            "rewritten; delete that session (eventstore sessions) to import it afresh"
+        )
+
+    def _key(self, target: _Target) -> str:
+        return self.key if target.name is None else f"{self.key}/{target.name}"
+
+    def _session(self, target: _Target) -> Session:
+        if target.session is not None:
+            return target.session
+        conv = self.conv
+        if target.name is None:
+            title, meta = conv.title, dict(conv.metadata)
+            parent_id = fork_seq = None
+        else:
+            main = self._session(self.targets[None])
+            info = conv.children.get(target.name)
+            title = info.title if info else target.name
+            meta = dict(info.metadata) if info else {"subagent": {"name": target.name}}
+            parent_id, fork_seq = main.id, 0
+        meta["import"] = {"format": conv.format, "file": conv.file, "key": self._key(target)}
+        try:
+            target.session = _sql.create_session(
+                self.conn,
+                self.store.tenant,
+                session_id=None,
+                user_id=None,
+                title=title,
+                metadata=meta,
+                parent_id=parent_id,
+                fork_seq=fork_seq,
+                key=self._key(target),
+            )
+        except EventStoreError as exc:
+            raise ImportFormatError(
+                f"{conv.path}: cannot create the session {self._key(target)!r} ({exc}); "
+                "another import of it may be running: run this one again"
+            ) from exc
+        target.created = True
+        return target.session
+
+    def _flush(self, target: _Target) -> None:
+        if not target.buffer:
+            return
+        session = self._session(target)
+        events, target.buffer = target.buffer, []
+        try:
+            encoded = self.store._encode(events)
+            target.head = _sql.append(
+                self.conn,
+                self.store.tenant,
+                session.id,
+                encoded,
+                expected_seq=target.head,
+                idempotency_key=None,
+            ).head_seq
+        except EventStoreError as exc:
+            raise ImportFormatError(
+                f"{self.conv.path}: events {target.head + 1}..{target.head + len(events)} of "
+                f"{self._key(target)!r}: {exc}; nothing was imported"
+            ) from exc
+        target.appended += len(events)
+
+    def flush_all(self) -> None:
+        for target in list(self.targets.values()):
+            self._flush(target)
+        if self.targets[None].session is None:
+            self._session(self.targets[None])  # the main session exists even when empty
+
+    def check_complete(self) -> None:
+        """Each session holds no more than the file makes: else it was cut short."""
+        for name, target in self.targets.items():
+            made = self.conv.seqs.get(name, 0)
+            if target.start > made and target.session is not None:
+                src = (target.session.metadata or {}).get("import", {})
+                if isinstance(src, dict) and src.get("file") not in (None, self.conv.file):
+                    continue  # filled from another file (a subagent's own transcript)
+                self._rewritten(target, made)
+
+    def results(
+        self, store: EventStore, fmt: str, path: str, pending: int | None
+    ) -> list[SessionImport]:
+        out = []
+        main = self.targets[None].session
+        for target in self.targets.values():
+            s = target.session
+            if s is None:
+                continue
+            if target.created:
+                status: Literal["created", "updated", "up to date"] = "created"
+            else:
+                status = "updated" if target.appended else "up to date"
+            out.append(
+                SessionImport(
+                    session_id=s.id,
+                    key=self._key(target),
+                    format=fmt,
+                    path=path,
+                    events=target.appended,
+                    condensations=target.condensations,
+                    status=status,
+                    head_seq=target.head,
+                    parent_id=main.id if main is not None and target.name is not None else None,
+                    pending_line=pending,
+                )
+            )
+        return out
+
+
+def transcripts_under(root: str | Path) -> list[Path]:
+    """The candidate transcript files under a directory, main sessions before subagents'
+    (a subagent's child session hangs off its main session)."""
+    found = [p for p in Path(root).rglob("*") if p.is_file() and p.suffix in (".jsonl", ".json")]
+    return sorted(found, key=lambda p: (_is_subagent_file(p), str(p)))
+
+
+def _is_subagent_file(path: Path) -> bool:
+    return path.name.startswith("agent-") or "subagents" in path.parts
+
+
+__all__ = [
+    "AGENT_FORMATS",
+    "InvalidLine",
+    "SessionImport",
+    "detect_agent_format",
+    "import_transcript",
+    "transcripts_under",
+]
