@@ -31,7 +31,7 @@ from ..events import Condensation
 from ..records import Session
 from ..store import EventStore
 from ._agent import Converter, InvalidLine, Item, Torn, first_records, read_records, source_of
-from ._loading import ImportFormatError
+from ._loading import ImportFormatError, Transcript
 from .claude_code import ClaudeCode, looks_claude_code
 from .codex import Codex, looks_codex
 from .gemini_cli import GeminiCli, json_session_records, looks_gemini, looks_gemini_header
@@ -229,6 +229,38 @@ def import_transcript(
     if progress:
         progress(total, total)
     return writer.results(store, fmt, str(p), pending)
+
+
+def convert_transcript(path: str | Path, fmt: str) -> list[Transcript]:
+    """A coding-agent transcript converted without a store: the main session's events,
+    then one transcript per subagent (for inspection and tests)."""
+    p = Path(path)
+    conv = AGENT_FORMATS[fmt](p)
+    items: list[Item] = []
+    for rec in _records(p, fmt, [0]):
+        if isinstance(rec, Torn):
+            break
+        conv.push(*rec)
+        items.extend(conv.drain())
+    conv.finish()
+    items.extend(conv.drain())
+    key = f"{fmt}:{_peek_source_id(p, fmt)}"
+    out = [
+        Transcript(
+            events=[i.event for i in items if i.child is None],
+            title=conv.title,
+            metadata={**conv.metadata, "import": {"format": fmt, "file": p.name, "key": key}},
+        )
+    ]
+    for name, info in conv.children.items():
+        out.append(
+            Transcript(
+                events=[i.event for i in items if i.child == name],
+                title=info.title,
+                metadata={**info.metadata, "import": {"format": fmt, "file": p.name, "key": f"{key}/{name}"}},
+            )
+        )
+    return out
 
 
 def _by_key(store: EventStore, key: str) -> Session | None:
