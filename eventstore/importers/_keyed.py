@@ -152,6 +152,8 @@ class _Target:
         self.appended = 0
         self.condensations = 0
         self.created = False
+        self.last_src: dict[str, Any] | None = None  # source of the newest stored event
+        self.last_event: Any = None
 
 
 def import_transcript(
@@ -202,12 +204,12 @@ def import_transcript(
     targets: dict[str | None, _Target] = {None: _Target(main, None)}
     resume = 0
     if main is not None:
-        resume = _resume_point(store, main, p.name)
+        resume = _resume_point(store, targets[None], p.name)
         for child in store.list_sessions(parent_id=main.id, limit=None):
             sub = (child.metadata or {}).get("subagent")
             if isinstance(sub, dict) and isinstance(sub.get("name"), str):
                 targets[sub["name"]] = _Target(child, sub["name"])
-                resume = max(resume, _resume_point(store, child, p.name))
+                resume = max(resume, _resume_point(store, targets[sub["name"]], p.name))
     conv = AGENT_FORMATS[fmt](p, resume=resume)
     total = p.stat().st_size
     counter = [0]
@@ -270,15 +272,21 @@ def _by_key(store: EventStore, key: str) -> Session | None:
         return None
 
 
-def _resume_point(store: EventStore, session: Session, file: str) -> int:
+def _resume_point(store: EventStore, target: _Target, file: str) -> int:
     """The last source line of ``file`` the session's newest event accounts for."""
-    if session.head_seq == 0:
+    session = target.session
+    if session is None or session.head_seq == 0:
         return 0
     tail = store.read_tail(session.id, 1)
     src = source_of(tail[0].event) if tail else None
     if src is None or src.get("file") != file or not isinstance(src.get("upto"), int):
         return 0
+    target.last_src, target.last_event = src, tail[0].event
     return int(src["upto"])
+
+
+def _content(event: Any) -> Any:
+    return event.model_dump(mode="json", exclude={"id", "created_at"}, exclude_none=True)
 
 
 class _Writer:
@@ -305,6 +313,10 @@ class _Writer:
             if item.upto <= self.resume:
                 if item.seq > target.start:
                     self._rewritten(target, item.seq)
+                if item.seq == target.start and target.last_src is not None:
+                    # The newest stored event must come from the same place in the file.
+                    if _content(item.event) != _content(target.last_event):
+                        self._rewritten(target, item.seq)
                 continue
             if item.seq != target.head + len(target.buffer) + 1:
                 self._rewritten(target, item.seq)
