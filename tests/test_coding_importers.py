@@ -436,3 +436,30 @@ def test_cli_refuses_an_unrecognised_file_naming_the_formats(cli_db: Any, tmp_pa
     assert "claude-code, codex, gemini-cli" in result.output
     wrong = cli_db("import", str(CODEX), "--format", "gemini-cli", code=1)
     assert "codex transcript" in wrong.output
+
+
+def test_watch_once_twice_imports_once_and_follows_new_lines(cli_db: Any, tmp_path: Path) -> None:
+    folder = tmp_path / "sessions"
+    (folder / "2025" / "09").mkdir(parents=True)
+    lines = CODEX.read_text(encoding="utf-8").splitlines(keepends=True)
+    rollout = folder / "2025" / "09" / CODEX.name
+    rollout.write_text("".join(lines[:50]) + lines[50][:10], encoding="utf-8")  # torn
+    (folder / "2025" / "09" / COMPACTED.name).write_bytes(COMPACTED.read_bytes())
+    first = [json.loads(x) for x in cli_db("watch", str(folder), "--once", "--json").stdout.splitlines()]
+    assert sorted(r["format"] for r in first) == ["claude-code", "codex"]
+    codex = next(r for r in first if r["format"] == "codex")
+    assert codex["pending_line"] == 51
+    # A restarted watch finds everything in the store: nothing new, nothing printed.
+    assert cli_db("watch", str(folder), "--once", "--json").stdout.strip() == ""
+    rollout.write_text("".join(lines), encoding="utf-8")
+    grown = [json.loads(x) for x in cli_db("watch", str(folder), "--once", "--json").stdout.splitlines()]
+    assert [(r["key"], r["status"]) for r in grown] == [(codex["key"], "updated")]
+    assert grown[0]["head_seq"] > codex["head_seq"] and grown[0]["pending_line"] is None
+
+
+def test_watch_without_paths_names_the_default_places(
+    cli_db: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    result = cli_db("watch", "--once", code=1)
+    assert "~/.claude/projects" in result.output

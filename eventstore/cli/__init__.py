@@ -20,13 +20,14 @@ Modules:
 * :mod:`.runtime`: ``enqueue``, ``pending``, ``dequeue``, ``cancel`` and ``tail``;
 * :mod:`.demo`: ``demo`` (the replay), with :mod:`.demo_script` (the generated session)
   and :mod:`.demo_report` (its numbers, re-derived from the store, and their rendering);
-* :mod:`.serve`: ``serve``, the read-only web viewer in :mod:`.viewer` (the ``viewer`` extra).
+* :mod:`.serve`: ``serve``, the read-only web viewer in :mod:`.viewer` (the ``viewer`` extra);
+* :mod:`.watch`: ``watch``, following coding-agent transcripts as they grow.
 """
 
 from __future__ import annotations
 
 # Importing a command module registers its commands on the root group.
-from . import condense, db, demo, inspect, runtime, serve, sessions  # noqa: F401
+from . import condense, db, demo, inspect, runtime, serve, sessions, watch  # noqa: F401
 from .root import cli, main
 
 __all__ = ["main", "cli"]
