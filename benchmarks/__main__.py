@@ -4,7 +4,8 @@
 (see :mod:`benchmarks.quality_report`); ``python -m benchmarks concurrency [--smoke]`` the
 concurrent-writers benchmark (see :mod:`benchmarks.concurrency`); ``python -m benchmarks
 search [--smoke]`` full-text search over one long session (see :mod:`benchmarks.search`);
-``python -m benchmarks adk [--smoke]`` ADK ``get_session`` on short and long sessions (the
+``python -m benchmarks importers [--smoke]`` importing coding-agent transcripts (see
+:mod:`benchmarks.importers`); ``python -m benchmarks adk [--smoke]`` ADK ``get_session`` on short and long sessions (the
 ``adk`` extra; see :mod:`benchmarks.adk`).
 
 Writes ``RESULTS.md`` and ``results.json`` (the full mode into ``benchmarks/``, the quick
@@ -190,6 +191,10 @@ def main(argv: list[str] | None = None) -> int:
         from .adk import main as adk_main
 
         return adk_main(argv[1:])
+    if argv[:1] == ["importers"]:
+        from .importers import main as importers_main
+
+        return importers_main(argv[1:])
     if argv[:1] == ["search"]:
         from .search import main as search_main
 

@@ -1,18 +1,20 @@
 """Keyed, resumable import of coding-agent transcripts (Claude Code, Codex CLI, Gemini CLI).
 
 A transcript is one agent session that keeps growing on disk. Its session in the store is
-found by key, ``"<format>:<source session id>"``, so importing the same file again finds it:
+found by key, ``"<format>:<source session id>"``, so importing the same file again finds it.
+The file is converted again from the start (conversion is deterministic, and cheap next to
+writing), and each session it fills (the main one, and a child per subagent) gets only the
+events past its head: the converter numbers every event it makes, so the first ``head`` of
+them are the ones the session already holds. Earlier seqs and hashes never change, and a
+re-import adds nothing. The newest stored event is compared with the one the file makes at
+that seq: a file rewritten since (not just grown) is refused with the reason.
 
-* the last stored event's source position (``upto``, see :mod:`._agent`) says how far the
-  store's copy goes; the file is converted again from the start (conversion is
-  deterministic, and cheap next to writing) and only the events after that point are
-  appended, so earlier seqs and hashes never change and a re-import adds nothing;
-* each session the converter fills (the main one, and a child per subagent) is checked: the
-  events the file makes up to the resume point must be exactly as many as the session holds,
-  or the file was rewritten and the import stops with the reason;
-* the new events are streamed in batches into one transaction per file: memory stays
-  bounded whatever the file's size, and a file that fails anywhere (or a process killed
-  halfway) leaves the store as it was.
+The new events are streamed in appends of ``batch_size``: memory stays bounded whatever
+the file's size. Each append is atomic, and because resuming goes by each session's head,
+an import that fails or is killed halfway leaves sessions that are exact prefixes of the
+transcript, which the next import completes. The newest event's source position (``upto``,
+see :mod:`._agent`) tells the converter where the stored copy ends, so that it closes an
+assistant message it is still assembling at that line, as the earlier import did.
 
 A last line without its newline is still being written: it is left for a later import, and
 the converter keeps back a compaction marker whose summary is due on that line.
@@ -26,7 +28,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from .. import _sql
-from ..errors import EventStoreError, NotFoundError
+from ..errors import ConflictError, EventStoreError, NotFoundError
 from ..events import Condensation
 from ..records import Session
 from ..store import EventStore
@@ -214,20 +216,19 @@ def import_transcript(
     total = p.stat().st_size
     counter = [0]
     pending: int | None = None
-    with store._tx(write=True) as conn:
-        writer = _Writer(store, conn, conv, key, targets, resume, batch_size)
-        for rec in _records(p, fmt, counter):
-            if isinstance(rec, Torn):
-                pending = rec.line
-                break
-            conv.push(*rec)
-            writer.take(conv.drain())
-            if progress:
-                progress(counter[0], total)
-        conv.finish(final=final and pending is None)
+    writer = _Writer(store, conv, key, targets, batch_size)
+    for rec in _records(p, fmt, counter):
+        if isinstance(rec, Torn):
+            pending = rec.line
+            break
+        conv.push(*rec)
         writer.take(conv.drain())
-        writer.flush_all()
-        writer.check_complete()
+        if progress:
+            progress(counter[0], total)
+    conv.finish(final=final and pending is None)
+    writer.take(conv.drain())
+    writer.flush_all()
+    writer.check_complete()
     if progress:
         progress(total, total)
     return writer.results(store, fmt, str(p), pending)
@@ -293,16 +294,13 @@ class _Writer:
     def __init__(
         self,
         store: EventStore,
-        conn: Any,
         conv: Converter,
         key: str,
         targets: dict[str | None, _Target],
-        resume: int,
         batch_size: int,
     ) -> None:
-        self.store, self.conn, self.conv, self.key = store, conn, conv, key
+        self.store, self.conv, self.key = store, conv, key
         self.targets = targets
-        self.resume = resume
         self.batch_size = max(1, batch_size)
 
     def take(self, items: list[Item]) -> None:
@@ -310,16 +308,12 @@ class _Writer:
             target = self.targets.get(item.child)
             if target is None:
                 target = self.targets[item.child] = _Target(None, item.child)
-            if item.upto <= self.resume:
-                if item.seq > target.start:
-                    self._rewritten(target, item.seq)
-                if item.seq == target.start and target.last_src is not None:
+            if item.seq <= target.start:
+                if item.seq == target.start and target.last_event is not None:
                     # The newest stored event must come from the same place in the file.
                     if _content(item.event) != _content(target.last_event):
                         self._rewritten(target, item.seq)
                 continue
-            if item.seq != target.head + len(target.buffer) + 1:
-                self._rewritten(target, item.seq)
             target.buffer.append(item.event)
             if isinstance(item.event, Condensation):
                 target.condensations += 1
@@ -330,9 +324,9 @@ class _Writer:
         where = f"session {target.session.id}" if target.session else "its session"
         raise ImportFormatError(
             f"{self.conv.path}: the file no longer matches what was imported into {where} "
-            f"(key {self._key(target)!r}): its events up to line {self.resume} make "
-            f"{seq} or more where the session holds {target.start}. The transcript was "
-            "rewritten; delete that session (eventstore sessions) to import it afresh"
+            f"(key {self._key(target)!r}): event {seq} it makes differs from the stored one "
+            f"(the session holds {target.start}). The transcript was rewritten; delete that "
+            "session to import it afresh"
         )
 
     def _key(self, target: _Target) -> str:
@@ -353,17 +347,20 @@ class _Writer:
             parent_id, fork_seq = main.id, 0
         meta["import"] = {"format": conv.format, "file": conv.file, "key": self._key(target)}
         try:
-            target.session = _sql.create_session(
-                self.conn,
-                self.store.tenant,
-                session_id=None,
-                user_id=None,
-                title=title,
-                metadata=meta,
-                parent_id=parent_id,
-                fork_seq=fork_seq,
-                key=self._key(target),
-            )
+            # A child is a fork at seq 0 of the main session (it shares none of its events)
+            # that also has a key; no public method makes both at once.
+            with self.store._tx(write=True) as conn:
+                target.session = _sql.create_session(
+                    conn,
+                    self.store.tenant,
+                    session_id=None,
+                    user_id=None,
+                    title=title,
+                    metadata=meta,
+                    parent_id=parent_id,
+                    fork_seq=fork_seq,
+                    key=self._key(target),
+                )
         except EventStoreError as exc:
             raise ImportFormatError(
                 f"{conv.path}: cannot create the session {self._key(target)!r} ({exc}); "
@@ -378,19 +375,19 @@ class _Writer:
         session = self._session(target)
         events, target.buffer = target.buffer, []
         try:
-            encoded = self.store._encode(events)
-            target.head = _sql.append(
-                self.conn,
-                self.store.tenant,
-                session.id,
-                encoded,
-                expected_seq=target.head,
-                idempotency_key=None,
+            target.head = self.store.append_result(
+                session.id, events, expected_seq=target.head
             ).head_seq
+        except ConflictError as exc:
+            raise ImportFormatError(
+                f"{self.conv.path}: another import is writing {self._key(target)!r} at the "
+                "same time; run this one again"
+            ) from exc
         except EventStoreError as exc:
             raise ImportFormatError(
                 f"{self.conv.path}: events {target.head + 1}..{target.head + len(events)} of "
-                f"{self._key(target)!r}: {exc}; nothing was imported"
+                f"{self._key(target)!r}: {exc}; the events before them were imported, and "
+                "importing again resumes there"
             ) from exc
         target.appended += len(events)
 

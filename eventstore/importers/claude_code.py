@@ -5,7 +5,8 @@ Claude Code 2.x writes one line per content block, so consecutive assistant line
 message (the same ``message.id``) become one assistant message. Content blocks keep their
 ids: ``text``, ``thinking`` (a reasoning part with its signature), ``redacted_thinking``,
 ``tool_use`` (a tool call) and ``tool_result`` (a tool message; text beside results becomes a
-user message after it); images become file parts, anything else a provider part.
+user message after it); images become file parts, anything else a provider part. A
+record's ``toolUseResult`` (the CLI's own structured copy of a tool's result) is not kept.
 
 A native compaction (a ``system`` record with subtype ``compact_boundary``, then the user
 record with ``isCompactSummary``) becomes one ``Condensation`` whose summary is the summary
@@ -290,7 +291,9 @@ class ClaudeCode(Converter):
             else:
                 parts.append(_file_part(block) or ProviderPart(provider="anthropic", item=block))
         meta: dict[str, Any] = {"uuid": rec.get("uuid")}
-        for key in ("isMeta", "toolUseResult", "agentId"):
+        # ``toolUseResult`` (the CLI's structured copy of a result, often the whole file
+        # read or written) is not kept: the model saw the ``tool_result`` content.
+        for key in ("isMeta", "agentId"):
             if rec.get(key) is not None:
                 meta[key] = rec[key]
         if results:
