@@ -77,6 +77,7 @@ class Converter:
         self.prev = 0  # the record before it
         self.flush_upto = 0  # ``upto`` of events a record closes that earlier ones began
         self.final = True
+        self.when: datetime | None = None  # the time of the newest record that had one
 
     # -- to implement
 

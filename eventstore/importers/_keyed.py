@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
@@ -32,7 +33,16 @@ from ..errors import ConflictError, EventStoreError, NotFoundError
 from ..events import Condensation
 from ..records import Session
 from ..store import EventStore
-from ._agent import Converter, InvalidLine, Item, Torn, first_records, read_records, source_of
+from ._agent import (
+    Converter,
+    InvalidLine,
+    Item,
+    Torn,
+    first_records,
+    parse_when,
+    read_records,
+    source_of,
+)
 from ._loading import ImportFormatError, Transcript
 from .claude_code import ClaudeCode, looks_claude_code
 from .codex import Codex, looks_codex
@@ -121,6 +131,18 @@ def _is_single_json(path: Path) -> bool:
         return True
     first = first_records(path, limit=1)
     return bool(first) and isinstance(first[0], dict) and isinstance(first[0].get("messages"), list)
+
+
+def _first_time(path: Path) -> datetime | None:
+    """The first timestamp among the first records: the time of records that carry none
+    before it (a Claude Code ``summary``, a Gemini CLI header), so that the session's
+    events keep the transcript's times rather than the time of the import."""
+    for rec in first_records(path, limit=200):
+        if isinstance(rec, dict):
+            when = parse_when(rec.get("timestamp") or rec.get("startTime"))
+            if when is not None:
+                return when
+    return None
 
 
 def _peek_source_id(path: Path, fmt: str) -> str:
@@ -213,6 +235,7 @@ def import_transcript(
                 targets[sub["name"]] = _Target(child, sub["name"])
                 resume = max(resume, _resume_point(store, targets[sub["name"]], p.name))
     conv = AGENT_FORMATS[fmt](p, resume=resume)
+    conv.when = _first_time(p)
     total = p.stat().st_size
     counter = [0]
     pending: int | None = None
@@ -239,6 +262,7 @@ def convert_transcript(path: str | Path, fmt: str) -> list[Transcript]:
     then one transcript per subagent (for inspection and tests)."""
     p = Path(path)
     conv = AGENT_FORMATS[fmt](p)
+    conv.when = _first_time(p)
     items: list[Item] = []
     for rec in _records(p, fmt, [0]):
         if isinstance(rec, Torn):

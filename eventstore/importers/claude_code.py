@@ -94,7 +94,6 @@ class ClaudeCode(Converter):
         self.tool_names: dict[str, str] = {}
         self.child_of_uuid: dict[str, str] = {}
         self.last_child: str | None = None
-        self.when: datetime | None = None
 
     # -- records
 

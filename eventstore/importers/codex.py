@@ -57,7 +57,6 @@ class Codex(Converter):
         self.held: list[tuple[str, Any, datetime | None, int]] = []
         self.tool_names: dict[str, str] = {}
         self.last_condensation: int | None = None
-        self.when: datetime | None = None
 
     def feed(self, line: int, record: Any) -> None:
         if isinstance(record, InvalidLine):

@@ -65,7 +65,6 @@ class GeminiCli(Converter):
         self.pending: dict[str, Any] | None = None  # the newest version of a model message
         self.first = 0
         self.held: list[tuple[str, Any, datetime | None, int]] = []
-        self.when: datetime | None = None
 
     def feed(self, line: int, record: Any) -> None:
         if isinstance(record, InvalidLine):
