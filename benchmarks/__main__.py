@@ -5,8 +5,8 @@
 concurrent-writers benchmark (see :mod:`benchmarks.concurrency`); ``python -m benchmarks
 search [--smoke]`` full-text search over one long session (see :mod:`benchmarks.search`);
 ``python -m benchmarks importers [--smoke]`` importing coding-agent transcripts (see
-:mod:`benchmarks.importers`); ``python -m benchmarks adk [--smoke]`` ADK ``get_session`` on short and long sessions (the
-``adk`` extra; see :mod:`benchmarks.adk`).
+:mod:`benchmarks.importers`); ``python -m benchmarks adk [--smoke]`` ADK ``get_session``
+on short and long sessions (the ``adk`` extra; see :mod:`benchmarks.adk`).
 
 Writes ``RESULTS.md`` and ``results.json`` (the full mode into ``benchmarks/``, the quick
 and smoke modes into ``benchmarks/<mode>-results/`` unless ``--out`` says otherwise).

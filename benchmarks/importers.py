@@ -24,7 +24,6 @@ import resource
 import subprocess
 import sys
 import tempfile
-import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -50,9 +49,7 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--mb", type=float, default=None, help="megabytes to synthesise (100)")
     p.add_argument("--out", type=Path)
     p.add_argument("--no-postgres", action="store_true")
-    p.add_argument(
-        "--pg-url", default=os.environ.get("EVENTSTORE_BENCH_PG_URL", DEFAULT_PG_URL)
-    )
+    p.add_argument("--pg-url", default=os.environ.get("EVENTSTORE_BENCH_PG_URL", DEFAULT_PG_URL))
     return p.parse_args(argv)
 
 
@@ -63,7 +60,9 @@ def _fresh_ids(value: Any, suffix: str, keys: set[str]) -> Any:
     """``value`` with every id-like string field suffixed (ids stay unique per copy)."""
     if isinstance(value, dict):
         return {
-            k: (f"{v}-{suffix}" if k in keys and isinstance(v, str) else _fresh_ids(v, suffix, keys))
+            k: (
+                f"{v}-{suffix}" if k in keys and isinstance(v, str) else _fresh_ids(v, suffix, keys)
+            )
             for k, v in value.items()
         }
     if isinstance(value, list):
@@ -208,7 +207,10 @@ def main(argv: list[str]) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp) / "transcripts"
         written = synthesise(folder, mb)
-        print(f"synthesised {written['files']} files, {written['bytes'] / 1e6:.1f} MB", file=sys.stderr)
+        print(
+            f"synthesised {written['files']} files, {written['bytes'] / 1e6:.1f} MB",
+            file=sys.stderr,
+        )
         machine = machine_info(Path(tmp), None)
         results.append(
             measure("sqlite", f"sqlite:///{Path(tmp) / 'import.db'}", folder, written["bytes"])

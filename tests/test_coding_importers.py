@@ -73,18 +73,32 @@ def independent_count(path: Path, fmt: str) -> dict[str, Any]:
     records = _lines(path)
     if fmt == "claude-code":
         for r in records:
-            content = (r.get("message") or {}).get("content") if isinstance(r.get("message"), dict) else None
+            content = (
+                (r.get("message") or {}).get("content")
+                if isinstance(r.get("message"), dict)
+                else None
+            )
             if r.get("type") == "assistant" and isinstance(content, list):
                 for b in content:
                     if isinstance(b, dict) and b.get("type") == "tool_use" and "id" in b:
                         calls.add(b["id"])
                     if isinstance(b, dict) and b.get("type") in ("thinking", "redacted_thinking"):
                         thinking += 1
-            if r.get("type") == "user" and isinstance(r.get("message"), dict) and not r.get("isCompactSummary"):
+            if (
+                r.get("type") == "user"
+                and isinstance(r.get("message"), dict)
+                and not r.get("isCompactSummary")
+            ):
                 blocks = content if isinstance(content, list) else []
-                ids = [b["tool_use_id"] for b in blocks if isinstance(b, dict) and b.get("type") == "tool_result"]
+                ids = [
+                    b["tool_use_id"]
+                    for b in blocks
+                    if isinstance(b, dict) and b.get("type") == "tool_result"
+                ]
                 results.update(ids)
-                others = [b for b in blocks if isinstance(b, dict) and b.get("type") != "tool_result"]
+                others = [
+                    b for b in blocks if isinstance(b, dict) and b.get("type") != "tool_result"
+                ]
                 if isinstance(content, str) or others or not ids:
                     users += 1
     elif fmt == "codex":
@@ -244,7 +258,9 @@ def test_every_event_keeps_its_source_position(store: EventStore) -> None:
             src = evt.data["source"]
             assert json.loads(lines[src["line"] - 1]) == evt.data["record"]
         assert src["file"] == CLAUDE.name and src["upto"] >= src["line"]
-    all_uuids = {json.loads(x)["uuid"] for x in lines if json.loads(x)["type"] in ("user", "assistant")}
+    all_uuids = {
+        json.loads(x)["uuid"] for x in lines if json.loads(x)["type"] in ("user", "assistant")
+    }
     assert set(uuids_seen) == all_uuids
 
 
@@ -261,7 +277,9 @@ def test_a_torn_last_line_waits_for_its_newline(store: EventStore, tmp_path: Pat
     assert imported_count(store, [r.session_id]) == independent_count(CODEX, "codex")
 
 
-def test_a_rewritten_file_is_refused_and_nothing_is_written(store: EventStore, tmp_path: Path) -> None:
+def test_a_rewritten_file_is_refused_and_nothing_is_written(
+    store: EventStore, tmp_path: Path
+) -> None:
     lines = CODEX.read_text(encoding="utf-8").splitlines(keepends=True)
     copy = tmp_path / CODEX.name
     copy.write_text("".join(lines), encoding="utf-8")
@@ -298,12 +316,19 @@ def test_a_codex_compaction_becomes_one_condensation(store: EventStore, tmp_path
     marker = {
         "timestamp": "2025-09-20T10:00:00.000Z",
         "type": "compacted",
-        "payload": {"message": "Summary so far:\n- read the repo\n- fixed the bug", "replacement_history": []},
+        "payload": {
+            "message": "Summary so far:\n- read the repo\n- fixed the bug",
+            "replacement_history": [],
+        },
     }
     user = {
         "timestamp": "2025-09-20T10:00:01.000Z",
         "type": "response_item",
-        "payload": {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "and now?"}]},
+        "payload": {
+            "type": "message",
+            "role": "user",
+            "content": [{"type": "input_text", "text": "and now?"}],
+        },
     }
     copy = tmp_path / "rollout.jsonl"
     copy.write_text("".join(lines) + json.dumps(marker) + "\n" + json.dumps(user) + "\n")
@@ -344,7 +369,10 @@ def test_sidechain_messages_go_to_child_sessions(store: EventStore) -> None:
     for c in children:
         assert store.get_session(c.session_id).fork_seq == 0  # shares nothing of the main log
         for stored in store.read(c.session_id):
-            assert not isinstance(stored.event, Message) or stored.event.role in ("assistant", "tool")
+            assert not isinstance(stored.event, Message) or stored.event.role in (
+                "assistant",
+                "tool",
+            )
     main_ids = {
         p.id
         for s in store.read(main.session_id, kinds=["message"])
@@ -372,14 +400,25 @@ def test_export_then_import_keeps_the_session_id_and_every_hash(
 # --------------------------------------------------------------------------- bad input
 
 
-def test_lines_that_are_not_records_are_kept_as_custom_events(store: EventStore, tmp_path: Path) -> None:
+def test_lines_that_are_not_records_are_kept_as_custom_events(
+    store: EventStore, tmp_path: Path
+) -> None:
     lines = CODEX.read_text(encoding="utf-8").splitlines(keepends=True)
     copy = tmp_path / "rollout.jsonl"
-    copy.write_text("".join(lines[:10]) + "{not json\n" + '{"type":"brand_new","payload":{"x":1}}\n' + "".join(lines[10:]))
+    copy.write_text(
+        "".join(lines[:10])
+        + "{not json\n"
+        + '{"type":"brand_new","payload":{"x":1}}\n'
+        + "".join(lines[10:])
+    )
     [r] = import_transcript(store, copy)
     customs = Counter(s.event.name for s in store.read(r.session_id) if isinstance(s.event, Custom))
     assert customs["codex.invalid_line"] == 1 and customs["codex.brand_new"] == 1
-    bad = next(s.event for s in store.read(r.session_id) if isinstance(s.event, Custom) and s.event.name == "codex.invalid_line")
+    bad = next(
+        s.event
+        for s in store.read(r.session_id)
+        if isinstance(s.event, Custom) and s.event.name == "codex.invalid_line"
+    )
     assert bad.data["record"]["text"] == "{not json" and bad.data["source"]["line"] == 11
     assert all(i.stored.kind == "message" for i in store.view(r.session_id).items)
     assert imported_count(store, [r.session_id]) == independent_count(CODEX, "codex")
@@ -422,7 +461,15 @@ def test_cli_imports_a_directory_then_reports_it_up_to_date(cli_db: Any, tmp_pat
     first = json.loads(cli_db("import", str(folder), "--json").stdout)
     assert sorted(r["format"] for r in first) == ["claude-code", "codex", "gemini-cli"]
     assert all(r["created"] and r["status"] == "created" and r["events"] > 0 for r in first)
-    assert set(first[0]) >= {"session_id", "key", "format", "events", "condensations", "created", "updated"}
+    assert set(first[0]) >= {
+        "session_id",
+        "key",
+        "format",
+        "events",
+        "condensations",
+        "created",
+        "updated",
+    }
     again = json.loads(cli_db("import", str(folder), "--json").stdout)
     assert [r["status"] for r in again] == ["up to date"] * 3
     text = cli_db("import", str(folder / CODEX.name)).output
@@ -445,14 +492,18 @@ def test_watch_once_twice_imports_once_and_follows_new_lines(cli_db: Any, tmp_pa
     rollout = folder / "2025" / "09" / CODEX.name
     rollout.write_text("".join(lines[:50]) + lines[50][:10], encoding="utf-8")  # torn
     (folder / "2025" / "09" / COMPACTED.name).write_bytes(COMPACTED.read_bytes())
-    first = [json.loads(x) for x in cli_db("watch", str(folder), "--once", "--json").stdout.splitlines()]
+    first = [
+        json.loads(x) for x in cli_db("watch", str(folder), "--once", "--json").stdout.splitlines()
+    ]
     assert sorted(r["format"] for r in first) == ["claude-code", "codex"]
     codex = next(r for r in first if r["format"] == "codex")
     assert codex["pending_line"] == 51
     # A restarted watch finds everything in the store: nothing new, nothing printed.
     assert cli_db("watch", str(folder), "--once", "--json").stdout.strip() == ""
     rollout.write_text("".join(lines), encoding="utf-8")
-    grown = [json.loads(x) for x in cli_db("watch", str(folder), "--once", "--json").stdout.splitlines()]
+    grown = [
+        json.loads(x) for x in cli_db("watch", str(folder), "--once", "--json").stdout.splitlines()
+    ]
     assert [(r["key"], r["status"]) for r in grown] == [(codex["key"], "updated")]
     assert grown[0]["head_seq"] > codex["head_seq"] and grown[0]["pending_line"] is None
 

@@ -357,8 +357,10 @@ def _import_agent_dir(
     from eventstore.importers import detect_agent_format, transcripts_under
 
     if chosen is not None and chosen not in _AGENT_FORMATS:
-        fail(f"--format {chosen} imports one file; a directory holds coding-agent transcripts "
-             f"({', '.join(_AGENT_FORMATS)})")
+        fail(
+            f"--format {chosen} imports one file; a directory holds coding-agent transcripts "
+            f"({', '.join(_AGENT_FORMATS)})"
+        )
     todo: list[tuple[Path, str]] = []
     skipped: list[tuple[Path, str]] = []
     for p in transcripts_under(root):
@@ -400,9 +402,13 @@ def _import_agent_files(
         emit_json(results)
     else:
         for r in results:
-            what = "up to date" if r["status"] == "up to date" else (
-                f"{r['status']}: +{r['events']} events"
-                + (f" ({r['condensations']} condensations)" if r["condensations"] else "")
+            what = (
+                "up to date"
+                if r["status"] == "up to date"
+                else (
+                    f"{r['status']}: +{r['events']} events"
+                    + (f" ({r['condensations']} condensations)" if r["condensations"] else "")
+                )
             )
             click.echo(f"{r['session_id']}  {r['key']}  {what}  (head {r['head_seq']})")
             if r["pending_line"]:

@@ -193,7 +193,8 @@ def read_records(
     A line that is not JSON becomes ``(n, InvalidLine(text))`` so the converter can keep it
     as a custom event (nothing is lost, and one bad line does not block the rest). A last
     line without its newline that is not JSON yet is still being written: it is yielded as
-    :class:`Torn` and not converted (a complete JSON record without its newline is read). ``counter[0]``, when given, follows the bytes read.
+    :class:`Torn` and not converted (a complete JSON record without its newline is read).
+    ``counter[0]``, when given, follows the bytes read.
     """
     p = Path(path)
     try:
@@ -214,7 +215,9 @@ def read_records(
                 if not raw.endswith(b"\n"):
                     yield Torn(n)  # cut inside a character: the rest is still coming
                     return
-                raise _fail(f"{p}:{n}", f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+                raise _fail(
+                    f"{p}:{n}", f"not UTF-8 text ({exc.reason} at byte {exc.start})"
+                ) from None
             try:
                 value = json.loads(text)
             except json.JSONDecodeError as exc:

@@ -284,7 +284,10 @@ def convert_transcript(path: str | Path, fmt: str) -> list[Transcript]:
             Transcript(
                 events=[i.event for i in items if i.child == name],
                 title=info.title,
-                metadata={**info.metadata, "import": {"format": fmt, "file": p.name, "key": f"{key}/{name}"}},
+                metadata={
+                    **info.metadata,
+                    "import": {"format": fmt, "file": p.name, "key": f"{key}/{name}"},
+                },
             )
         )
     return out

@@ -110,7 +110,9 @@ class ClaudeCode(Converter):
         if self.source_id is None and isinstance(record.get("sessionId"), str):
             self.source_id = record["sessionId"]
             self.metadata = {
-                k: record[k] for k in ("cwd", "version", "gitBranch") if isinstance(record.get(k), str)
+                k: record[k]
+                for k in ("cwd", "version", "gitBranch")
+                if isinstance(record.get(k), str)
             }
         kind = record.get("type")
         target = self._target(record)
@@ -297,15 +299,24 @@ class ClaudeCode(Converter):
                 meta[key] = rec[key]
         if results:
             self.emit(
-                Message(role="tool", parts=results, provider_metadata={FORMAT: meta}, created_at=self.when),
+                Message(
+                    role="tool",
+                    parts=results,
+                    provider_metadata={FORMAT: meta},
+                    created_at=self.when,
+                ),
                 target,
             )
             meta = {"uuid": rec.get("uuid")}
         if parts or not results:
             if self.title is None and target is None and not rec.get("isMeta"):
-                self.title = short_title(text_of(content) if not isinstance(content, str) else content)
+                self.title = short_title(
+                    text_of(content) if not isinstance(content, str) else content
+                )
             self.emit(
-                Message(role="user", parts=parts, provider_metadata={FORMAT: meta}, created_at=self.when),
+                Message(
+                    role="user", parts=parts, provider_metadata={FORMAT: meta}, created_at=self.when
+                ),
                 target,
             )
 

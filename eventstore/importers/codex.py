@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from ..events import (
     Condensation,
@@ -140,7 +140,9 @@ class Codex(Converter):
                 return
             self._close()
             parts = _content_parts(item.get("content"))
-            mapped = "system" if role in ("developer", "system") else "user"
+            mapped: Literal["system", "user"] = (
+                "system" if role in ("developer", "system") else "user"
+            )
             self.emit(
                 Message(
                     role=mapped,
@@ -151,7 +153,11 @@ class Codex(Converter):
             )
         elif kind in _MODEL_ITEMS:
             self._open().extend(self._model_parts(item))
-        elif isinstance(kind, str) and kind.endswith("_output") and isinstance(item.get("call_id"), str):
+        elif (
+            isinstance(kind, str)
+            and kind.endswith("_output")
+            and isinstance(item.get("call_id"), str)
+        ):
             self._close()
             call_id = item["call_id"]
             output = item.get("output")

@@ -53,8 +53,7 @@ def json_session_records(path: str | Path) -> Iterator[tuple[int, Any]]:
     if not (looks_gemini_header(data) and isinstance(data.get("messages"), list)):
         raise _fail(str(path), "expected a Gemini CLI session with sessionId and messages")
     yield 1, {k: v for k, v in data.items() if k != "messages"}
-    for i, msg in enumerate(data["messages"], start=2):
-        yield i, msg
+    yield from enumerate(data["messages"], start=2)
 
 
 class GeminiCli(Converter):
@@ -80,7 +79,9 @@ class GeminiCli(Converter):
             if self.source_id is None:
                 self.source_id = record["sessionId"]
                 self.metadata = {
-                    k: record[k] for k in ("projectHash", "startTime") if isinstance(record.get(k), str)
+                    k: record[k]
+                    for k in ("projectHash", "startTime")
+                    if isinstance(record.get(k), str)
                 }
             self._bookkeeping("session", record)
             return
@@ -145,7 +146,9 @@ class GeminiCli(Converter):
                 ToolCallPart(
                     id=call_id,
                     name=name,
-                    arguments=args if isinstance(args, str) else json.dumps(args, ensure_ascii=False),
+                    arguments=args
+                    if isinstance(args, str)
+                    else json.dumps(args, ensure_ascii=False),
                 )
             )
             if call.get("result") is not None or call.get("status") in ("error", "cancelled"):
@@ -173,7 +176,9 @@ class GeminiCli(Converter):
             held=True,
         )
         if results:
-            self.emit(Message(role="tool", parts=results, created_at=when), first=self.first, held=True)
+            self.emit(
+                Message(role="tool", parts=results, created_at=when), first=self.first, held=True
+            )
         held, self.held = self.held, []
         for name, record, hwhen, line in held:
             self.custom(name, record, hwhen, first=line, held=True)
