@@ -176,9 +176,10 @@ def render(data: dict[str, Any]) -> str:
         "Claude Code (60%), Codex CLI (30%) and Gemini CLI (10%) samples under "
         "`tests/data/transcripts` (`python -m benchmarks importers"
         + (" --smoke" if data["smoke"] else "")
-        + "`). One process imports the directory file by file (one transaction per file, "
-        "appends of 1,000 events), then imports it again (everything converted again, "
-        "nothing written).",
+        + "`). One process imports the directory file by file (appends of 1,000 events), "
+        f"then imports it again (everything converted again, nothing written). Events "
+        f"average {data['bytes'] / max(1, data['results'][0]['events']):,.0f} bytes of "
+        "transcript each: these sessions read and write whole files.",
         "",
         "| backend | events | seconds | events/s | MB/s | re-import (s) | peak RSS (MB) |",
         "|---|---:|---:|---:|---:|---:|---:|",
@@ -192,7 +193,9 @@ def render(data: dict[str, Any]) -> str:
     lines += [
         "",
         f"A process that only imports the library peaks at {data['baseline_rss_mb']:.0f} MB. "
-        f"Machine: {data['machine'].get('cpu', '?')}, load average {data['load']}.",
+        f"Machine: {data['machine'].get('cpu_count')} cores ({data['machine'].get('cpu_model')}), "
+        f"load average {data['machine'].get('load_average_at_start')} at the start and "
+        f"{data['load']} at the end (a shared machine).",
         "",
     ]
     return "\n".join(lines)

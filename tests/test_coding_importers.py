@@ -514,3 +514,28 @@ def test_watch_without_paths_names_the_default_places(
     monkeypatch.setenv("HOME", str(tmp_path))
     result = cli_db("watch", "--once", code=1)
     assert "~/.claude/projects" in result.output
+
+
+def test_the_documentation_examples_run() -> None:
+    page = (Path(__file__).parent.parent / "docs" / "importers-coding-agents.md").read_text()
+    blocks = page.split("```python\n")[1:]
+    assert blocks
+    for block in blocks:
+        exec(compile(block.split("```")[0], "docs/importers-coding-agents.md", "exec"), {})
+
+
+def test_the_import_benchmark_runs_at_a_tiny_size(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    root = Path(__file__).parent.parent
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "importers", "--mb", "0.3", "--no-postgres",
+         "--out", str(tmp_path)],
+        cwd=root, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads((tmp_path / "importers.json").read_text())
+    [sqlite] = data["results"]
+    assert sqlite["events"] > 0 and sqlite["reimport_events"] == 0
+    assert "events/s" in (tmp_path / "IMPORTERS.md").read_text()
