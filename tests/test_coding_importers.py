@@ -539,3 +539,54 @@ def test_the_import_benchmark_runs_at_a_tiny_size(tmp_path: Path) -> None:
     [sqlite] = data["results"]
     assert sqlite["events"] > 0 and sqlite["reimport_events"] == 0
     assert "events/s" in (tmp_path / "IMPORTERS.md").read_text()
+
+
+AIDER = DATA / "aider" / "aider-chat-history-excerpt.md"
+
+
+def _aider_independent(path: Path) -> tuple[int, int]:
+    """Chats and user turns of an aider history, counted with plain string tests."""
+    text = path.read_text(encoding="utf-8")
+    chats = sum(1 for line in text.splitlines() if line.startswith("# aider chat started at"))
+    turns, previous = 0, False
+    for line in text.splitlines():
+        is_user = line.startswith("#### ") or line.rstrip() == "####"
+        if is_user and not previous:
+            first = line[5:].strip().split(" ")[0] if line[5:].strip() else ""
+            if not first.startswith("/") or first in ("/ask", "/code", "/architect"):
+                turns += 1
+        previous = is_user
+    return chats, turns
+
+
+def test_aider_chats_become_one_session_each(store: EventStore, tmp_path: Path) -> None:
+    assert detect_agent_format(AIDER) == "aider"
+    chats, turns = _aider_independent(AIDER)
+    done = import_transcript(store, AIDER)
+    assert len(done) == chats
+    prefix = done[0].key.rsplit("#", 1)[0]
+    assert [r.key for r in done] == [f"{prefix}#{n}" for n in range(1, chats + 1)]
+    assert all(r.parent_id is None for r in done)
+    users = [
+        s.event
+        for r in done
+        for s in store.read(r.session_id, kinds=["message"])
+        if s.event.role == "user"  # type: ignore[union-attr]
+    ]
+    assert len(users) == turns
+    assert [r.status for r in import_transcript(store, AIDER)] == ["up to date"] * chats
+    # A longer copy of the file (another path, so other keys) resumes the same way.
+    lines = AIDER.read_text(encoding="utf-8").splitlines(keepends=True)
+    copy = tmp_path / "project" / ".aider.chat.history.md"
+    copy.parent.mkdir()
+    copy.write_text("".join(lines[: len(lines) // 2]), encoding="utf-8")
+    first = import_transcript(store, copy)
+    copy.write_text("".join(lines), encoding="utf-8")
+    second = import_transcript(store, copy)
+    assert len(second) == chats and len(first) < chats
+    other = second[0].key.rsplit("#", 1)[0]
+    assert other != prefix and [r.key for r in second] == [
+        f"{other}#{n}" for n in range(1, chats + 1)
+    ]
+    # The same sessions as the whole file made at once.
+    assert [r.head_seq for r in second] == [r.head_seq for r in done]

@@ -62,6 +62,8 @@ class Converter:
     """
 
     format: ClassVar[str]
+    multi: ClassVar[bool] = False
+    """Each child is a session of its own (no main session): aider's chats in one file."""
 
     def __init__(self, path: str | Path, resume: int = 0) -> None:
         self.path = str(path)
@@ -229,6 +231,26 @@ def read_records(
                 yield n, InvalidLine(text.rstrip("\r\n"), f"column {exc.colno}: {exc.msg}")
                 continue
             yield n, value
+
+
+def read_lines(
+    path: str | Path, counter: list[int] | None = None
+) -> Iterator[tuple[int, Any] | Torn]:
+    """A text transcript's lines (without their newline), streamed; a last line without
+    its newline is :class:`Torn` (still being written)."""
+    p = Path(path)
+    try:
+        fp = p.open("rb")
+    except OSError as exc:
+        raise _fail(str(p), f"cannot read: {exc.strerror or exc}") from None
+    with fp:
+        for n, raw in enumerate(fp, start=1):
+            if counter is not None:
+                counter[0] += len(raw)
+            if not raw.endswith(b"\n"):
+                yield Torn(n)
+                return
+            yield n, raw.decode("utf-8", "replace").rstrip("\r\n")
 
 
 @dataclass

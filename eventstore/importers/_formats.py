@@ -23,6 +23,7 @@ Format = Literal[
     "claude-code",
     "codex",
     "gemini-cli",
+    "aider",
 ]
 
 FILE_FORMATS = ("eventstore", "openai", "swe-agent", "openhands", "openhands-v1", "mini-swe-agent")
@@ -93,7 +94,7 @@ def load_transcripts(path: str | Path, format: Format | None = None) -> list[Tra
         ImportFormatError: Malformed input; the message names the file and line/record.
     """
     fmt = format or detect_format(path)
-    if fmt in ("claude-code", "codex", "gemini-cli"):
+    if fmt in ("claude-code", "codex", "gemini-cli", "aider"):
         from ._keyed import convert_transcript
 
         return convert_transcript(path, fmt)

@@ -40,10 +40,12 @@ from ._agent import (
     Torn,
     first_records,
     parse_when,
+    read_lines,
     read_records,
     source_of,
 )
 from ._loading import ImportFormatError, Transcript
+from .aider import Aider, first_header_time, looks_aider, path_digest
 from .claude_code import ClaudeCode, looks_claude_code
 from .codex import Codex, looks_codex
 from .gemini_cli import GeminiCli, json_session_records, looks_gemini, looks_gemini_header
@@ -52,6 +54,7 @@ AGENT_FORMATS: dict[str, type[Converter]] = {
     "claude-code": ClaudeCode,
     "codex": Codex,
     "gemini-cli": GeminiCli,
+    "aider": Aider,
 }
 """The coding-agent formats, by name."""
 
@@ -97,6 +100,8 @@ class SessionImport:
 def detect_agent_format(path: str | Path) -> str | None:
     """The coding-agent format of a transcript from its first records, or ``None``."""
     p = Path(path)
+    if p.suffix == ".md":
+        return "aider" if looks_aider(p) else None
     if p.suffix == ".json":
         try:
             next(json_session_records(p))
@@ -119,6 +124,9 @@ def detect_agent_format(path: str | Path) -> str | None:
 
 
 def _records(path: Path, fmt: str, counter: list[int]) -> Iterator[tuple[int, Any] | Torn]:
+    if fmt == "aider":
+        yield from read_lines(path, counter)
+        return
     if fmt == "gemini-cli" and _is_single_json(path):
         counter[0] = path.stat().st_size
         yield from json_session_records(path)
@@ -137,6 +145,8 @@ def _first_time(path: Path) -> datetime | None:
     """The first timestamp among the first records: the time of records that carry none
     before it (a Claude Code ``summary``, a Gemini CLI header), so that the session's
     events keep the transcript's times rather than the time of the import."""
+    if path.suffix == ".md":
+        return first_header_time(path)
     for rec in first_records(path, limit=200):
         if isinstance(rec, dict):
             when = parse_when(rec.get("timestamp") or rec.get("startTime"))
@@ -147,6 +157,8 @@ def _first_time(path: Path) -> datetime | None:
 
 def _peek_source_id(path: Path, fmt: str) -> str:
     """The source session id from the first records (the file's stem when none says)."""
+    if fmt == "aider":
+        return path_digest(path)
     if fmt == "gemini-cli" and _is_single_json(path):
         header = next(json_session_records(path))[1]
         return str(header["sessionId"])
@@ -224,9 +236,15 @@ def import_transcript(
             "omit --format to detect it"
         )
     key = f"{fmt}:{_peek_source_id(p, fmt)}"
-    main = _by_key(store, key)
+    multi = AGENT_FORMATS[fmt].multi
+    main = None if multi else _by_key(store, key)
     targets: dict[str | None, _Target] = {None: _Target(main, None)}
     resume = 0
+    n = 1
+    while multi and (found := _by_key(store, f"{key}#{n}")) is not None:
+        targets[str(n)] = _Target(found, str(n))
+        resume = max(resume, _resume_point(store, targets[str(n)], p.name))
+        n += 1
     if main is not None:
         resume = _resume_point(store, targets[None], p.name)
         for child in store.list_sessions(parent_id=main.id, limit=None):
@@ -357,7 +375,9 @@ class _Writer:
         )
 
     def _key(self, target: _Target) -> str:
-        return self.key if target.name is None else f"{self.key}/{target.name}"
+        if target.name is None:
+            return self.key
+        return f"{self.key}#{target.name}" if self.conv.multi else f"{self.key}/{target.name}"
 
     def _session(self, target: _Target) -> Session:
         if target.session is not None:
@@ -367,11 +387,13 @@ class _Writer:
             title, meta = conv.title, dict(conv.metadata)
             parent_id = fork_seq = None
         else:
-            main = self._session(self.targets[None])
             info = conv.children.get(target.name)
             title = info.title if info else target.name
             meta = dict(info.metadata) if info else {"subagent": {"name": target.name}}
-            parent_id, fork_seq = main.id, 0
+            if conv.multi:
+                parent_id = fork_seq = None
+            else:
+                parent_id, fork_seq = self._session(self.targets[None]).id, 0
         meta["import"] = {"format": conv.format, "file": conv.file, "key": self._key(target)}
         try:
             # A child is a fork at seq 0 of the main session (it shares none of its events)
@@ -421,7 +443,7 @@ class _Writer:
     def flush_all(self) -> None:
         for target in list(self.targets.values()):
             self._flush(target)
-        if self.targets[None].session is None:
+        if self.targets[None].session is None and not self.conv.multi:
             self._session(self.targets[None])  # the main session exists even when empty
 
     def check_complete(self) -> None:
@@ -457,7 +479,11 @@ class _Writer:
                     condensations=target.condensations,
                     status=status,
                     head_seq=target.head,
-                    parent_id=main.id if main is not None and target.name is not None else None,
+                    parent_id=(
+                        main.id
+                        if main is not None and target.name is not None and not self.conv.multi
+                        else None
+                    ),
                     pending_line=pending,
                 )
             )
@@ -467,8 +493,17 @@ class _Writer:
 def transcripts_under(root: str | Path) -> list[Path]:
     """The candidate transcript files under a directory, main sessions before subagents'
     (a subagent's child session hangs off its main session)."""
-    found = [p for p in Path(root).rglob("*") if p.is_file() and p.suffix in (".jsonl", ".json")]
+    found = [
+        p
+        for p in Path(root).rglob("*")
+        if p.is_file()
+        and (p.suffix in (".jsonl", ".json") or (p.suffix == ".md" and _history_name(p.name)))
+    ]
     return sorted(found, key=lambda p: (_is_subagent_file(p), str(p)))
+
+
+def _history_name(name: str) -> bool:
+    return "chat.history" in name or "chat-history" in name
 
 
 def _is_subagent_file(path: Path) -> bool:
