@@ -590,3 +590,80 @@ def test_aider_chats_become_one_session_each(store: EventStore, tmp_path: Path) 
     ]
     # The same sessions as the whole file made at once.
     assert [r.head_seq for r in second] == [r.head_seq for r in done]
+
+
+# Cline and Roo Code: no permissively licensed task was found, so these tasks are made here,
+# in the layout the extensions write (a folder per task, an API history, UI messages).
+
+
+def _task() -> list[dict[str, Any]]:
+    t = 1_735_000_000_000
+    return [
+        {"role": "user", "ts": t, "content": [
+            {"type": "text", "text": "<task>fix the bug</task>"},
+        ]},
+        {"role": "assistant", "ts": t + 1, "content": [
+            {"type": "text", "text": "Reading."},
+            {"type": "tool_use", "id": "toolu_1", "name": "read_file", "input": {"path": "a.py"}},
+        ]},
+        {"role": "user", "ts": t + 2, "content": [
+            {"type": "tool_result", "tool_use_id": "toolu_1", "content": "print(1)"},
+        ]},
+        {"role": "assistant", "ts": t + 3, "content": [{"type": "text", "text": "Found it."}]},
+        {"role": "user", "ts": t + 4, "content": [{"type": "text", "text": "go on"}]},
+        {"role": "assistant", "ts": t + 5, "content": [{"type": "text", "text": "Fixed."}]},
+    ]  # fmt: skip
+
+
+def test_a_roo_code_condense_becomes_one_condensation(store: EventStore, tmp_path: Path) -> None:
+    history = _task()
+    for msg in history[1:5]:
+        msg["condenseParent"] = "c-1"
+    summary = "## Summary\nThe bug is in a.py; the user asked to go on."
+    marker = {
+        "role": "assistant",
+        "ts": history[4]["ts"] + 1,
+        "isSummary": True,
+        "condenseId": "c-1",
+    }
+    history.insert(5, {**marker, "content": [{"type": "text", "text": summary}]})
+    history.append({"role": "user", "ts": history[-1]["ts"] + 1, "content": "thanks"})
+    folder = tmp_path / "tasks" / "task-roo-1"
+    folder.mkdir(parents=True)
+    (folder / "api_conversation_history.json").write_text(json.dumps(history))
+    [r] = import_transcript(store, folder / "api_conversation_history.json")
+    assert r.format == "cline" and r.key == "cline:task-roo-1" and r.condensations == 1
+    [cond] = [s for s in store.read(r.session_id) if isinstance(s.event, Condensation)]
+    assert cond.event.summary == summary
+    assert (cond.event.forgotten_from, cond.event.forgotten_to, cond.event.pinned) == (2, 5, [1])
+    texts = [i.message.text for i in store.view(r.session_id).items]
+    assert texts == ["<task>fix the bug</task>", "Fixed.", "thanks"]
+    assert [
+        x.status for x in import_transcript(store, folder / "api_conversation_history.json")
+    ] == ["up to date"]
+
+
+def test_a_cline_truncation_becomes_a_condensation_without_summary(
+    store: EventStore, tmp_path: Path
+) -> None:
+    history = _task()
+    folder = tmp_path / "tasks" / "task-cline-1"
+    folder.mkdir(parents=True)
+    (folder / "api_conversation_history.json").write_text(json.dumps(history))
+    ui = [
+        {"ts": 1, "type": "say", "say": "api_req_started", "conversationHistoryIndex": 3},
+        {"ts": 2, "type": "say", "say": "api_req_started", "conversationHistoryIndex": 4,
+         "conversationHistoryDeletedRange": [2, 3]},
+    ]  # fmt: skip
+    (folder / "ui_messages.json").write_text(json.dumps(ui))
+    [r] = import_transcript(store, folder / "api_conversation_history.json")
+    [cond] = [s for s in store.read(r.session_id) if isinstance(s.event, Condensation)]
+    assert cond.event.summary is None and cond.event.pinned == [1, 2]
+    assert (cond.event.forgotten_from, cond.event.forgotten_to) == (3, 4)
+    roles = [(i.message.role, i.message.text) for i in store.view(r.session_id).items]
+    assert roles == [
+        ("user", "<task>fix the bug</task>"),
+        ("assistant", "Reading."),
+        ("user", "go on"),
+        ("assistant", "Fixed."),
+    ]

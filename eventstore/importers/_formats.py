@@ -24,6 +24,7 @@ Format = Literal[
     "codex",
     "gemini-cli",
     "aider",
+    "cline",
 ]
 
 FILE_FORMATS = ("eventstore", "openai", "swe-agent", "openhands", "openhands-v1", "mini-swe-agent")
@@ -94,7 +95,7 @@ def load_transcripts(path: str | Path, format: Format | None = None) -> list[Tra
         ImportFormatError: Malformed input; the message names the file and line/record.
     """
     fmt = format or detect_format(path)
-    if fmt in ("claude-code", "codex", "gemini-cli", "aider"):
+    if fmt in ("claude-code", "codex", "gemini-cli", "aider", "cline"):
         from ._keyed import convert_transcript
 
         return convert_transcript(path, fmt)

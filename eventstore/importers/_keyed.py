@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
@@ -47,6 +47,7 @@ from ._agent import (
 from ._loading import ImportFormatError, Transcript
 from .aider import Aider, first_header_time, looks_aider, path_digest
 from .claude_code import ClaudeCode, looks_claude_code
+from .cline import Cline, history_records, looks_cline
 from .codex import Codex, looks_codex
 from .gemini_cli import GeminiCli, json_session_records, looks_gemini, looks_gemini_header
 
@@ -55,6 +56,7 @@ AGENT_FORMATS: dict[str, type[Converter]] = {
     "codex": Codex,
     "gemini-cli": GeminiCli,
     "aider": Aider,
+    "cline": Cline,
 }
 """The coding-agent formats, by name."""
 
@@ -102,6 +104,8 @@ def detect_agent_format(path: str | Path) -> str | None:
     p = Path(path)
     if p.suffix == ".md":
         return "aider" if looks_aider(p) else None
+    if looks_cline(p):
+        return "cline"
     if p.suffix == ".json":
         try:
             next(json_session_records(p))
@@ -127,6 +131,10 @@ def _records(path: Path, fmt: str, counter: list[int]) -> Iterator[tuple[int, An
     if fmt == "aider":
         yield from read_lines(path, counter)
         return
+    if fmt == "cline":
+        counter[0] = path.stat().st_size
+        yield from history_records(path)
+        return
     if fmt == "gemini-cli" and _is_single_json(path):
         counter[0] = path.stat().st_size
         yield from json_session_records(path)
@@ -147,6 +155,12 @@ def _first_time(path: Path) -> datetime | None:
     events keep the transcript's times rather than the time of the import."""
     if path.suffix == ".md":
         return first_header_time(path)
+    if path.name == "api_conversation_history.json":
+        for _, rec in history_records(path):
+            ts = rec.get("ts") if isinstance(rec, dict) else None
+            if isinstance(ts, int | float) and not isinstance(ts, bool):
+                return datetime.fromtimestamp(ts / 1000, UTC)
+        return None
     for rec in first_records(path, limit=200):
         if isinstance(rec, dict):
             when = parse_when(rec.get("timestamp") or rec.get("startTime"))
@@ -159,6 +173,8 @@ def _peek_source_id(path: Path, fmt: str) -> str:
     """The source session id from the first records (the file's stem when none says)."""
     if fmt == "aider":
         return path_digest(path)
+    if fmt == "cline":
+        return path.parent.name
     if fmt == "gemini-cli" and _is_single_json(path):
         header = next(json_session_records(path))[1]
         return str(header["sessionId"])

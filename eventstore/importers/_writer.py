@@ -250,7 +250,7 @@ def import_file(
         ImportFormatError: Malformed input. Nothing has been written in that case.
     """
     fmt = format or detect_format(path)
-    if fmt in ("claude-code", "codex", "gemini-cli", "aider"):
+    if fmt in ("claude-code", "codex", "gemini-cli", "aider", "cline"):
         from ._keyed import import_transcript
 
         done = import_transcript(store, path, fmt, batch_size=max(batch_size, 1))
