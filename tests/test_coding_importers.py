@@ -667,3 +667,47 @@ def test_a_cline_truncation_becomes_a_condensation_without_summary(
         ("user", "go on"),
         ("assistant", "Fixed."),
     ]
+
+
+def _subagent_lines(session_id: str, agent: str) -> str:
+    """A Claude Code 2.x subagent transcript (``<session>/subagents/agent-<id>.jsonl``), made
+    here in that layout: sidechain records carrying the main session's id and the agent's."""
+    base = {"isSidechain": True, "sessionId": session_id, "agentId": agent}
+    records = [
+        {**base, "type": "user", "uuid": "s1", "parentUuid": None,
+         "timestamp": "2025-11-19T22:53:38Z",
+         "message": {"role": "user", "content": "Research it"}},
+        {**base, "type": "assistant", "uuid": "s2", "parentUuid": "s1",
+         "timestamp": "2025-11-19T22:53:39Z", "message": {"id": "msg_s", "role": "assistant",
+         "content": [{"type": "tool_use", "id": "toolu_sub", "name": "Grep", "input": {}}]}},
+        {**base, "type": "user", "uuid": "s3", "parentUuid": "s2",
+         "timestamp": "2025-11-19T22:53:40Z", "message": {"role": "user", "content": [
+             {"type": "tool_result", "tool_use_id": "toolu_sub", "content": "a.py:1"}]}},
+    ]  # fmt: skip
+    return "".join(json.dumps(r) + "\n" for r in records)
+
+
+def test_claude_code_2x_subagent_files_become_child_sessions(
+    store: EventStore, tmp_path: Path
+) -> None:
+    sid = "e9f146fa-3b20-48d0-9be4-d99ca901cae4"  # the session of CLAUDE
+    project = tmp_path / "projects" / "-home-me-app"
+    (project / sid / "subagents").mkdir(parents=True)
+    agent_file = project / sid / "subagents" / "agent-abc.jsonl"
+    agent_file.write_text(_subagent_lines(sid, "abc"))
+    # The subagent's file alone first: its main session is made, empty, to hang it from.
+    [main0, child0] = import_transcript(store, agent_file)
+    assert main0.key == f"claude-code:{sid}" and main0.head_seq == 0
+    assert child0.key == f"claude-code:{sid}/agent-abc" and child0.parent_id == main0.session_id
+    assert child0.events == 3
+    (project / f"{sid}.jsonl").write_bytes(CLAUDE.read_bytes())
+    runner = CliRunner()
+    result = runner.invoke(cli, ["--db", store.url, "--tenant", store.tenant, "import",
+                                 str(tmp_path / "projects"), "--json"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    rows = {(r["key"], r["status"]) for r in json.loads(result.stdout)}
+    assert (f"claude-code:{sid}", "updated") in rows
+    assert (f"claude-code:{sid}/agent-abc", "up to date") in rows
+    assert store.get_session_by_key(f"claude-code:{sid}").head_seq > 0
+    calls = imported_count(store, [child0.session_id])
+    assert calls["calls"] == calls["results"] == {"toolu_sub"}

@@ -381,13 +381,17 @@ class _Writer:
             if len(target.buffer) >= self.batch_size:
                 self._flush(target)
 
-    def _rewritten(self, target: _Target, seq: int) -> None:
+    def _rewritten(self, target: _Target, seq: int, *, shorter: bool = False) -> None:
         where = f"session {target.session.id}" if target.session else "its session"
+        what = (
+            f"it makes only {seq} events"
+            if shorter
+            else f"event {seq} it makes differs from the stored one"
+        )
         raise ImportFormatError(
             f"{self.conv.path}: the file no longer matches what was imported into {where} "
-            f"(key {self._key(target)!r}): event {seq} it makes differs from the stored one "
-            f"(the session holds {target.start}). The transcript was rewritten; delete that "
-            "session to import it afresh"
+            f"(key {self._key(target)!r}): {what}, the session holds {target.start}. The "
+            "transcript was rewritten; delete that session to import it afresh"
         )
 
     def _key(self, target: _Target) -> str:
@@ -463,14 +467,13 @@ class _Writer:
             self._session(self.targets[None])  # the main session exists even when empty
 
     def check_complete(self) -> None:
-        """Each session holds no more than the file makes: else it was cut short."""
+        """Each session this file filled holds no more than the file makes: else the file
+        was cut short. (A session whose newest event came from another file, a subagent's
+        own transcript, is not this file's to judge.)"""
         for name, target in self.targets.items():
             made = self.conv.seqs.get(name, 0)
-            if target.start > made and target.session is not None:
-                src = (target.session.metadata or {}).get("import", {})
-                if isinstance(src, dict) and src.get("file") not in (None, self.conv.file):
-                    continue  # filled from another file (a subagent's own transcript)
-                self._rewritten(target, made)
+            if target.start > made and target.last_src is not None:
+                self._rewritten(target, made, shorter=True)
 
     def results(
         self, store: EventStore, fmt: str, path: str, pending: int | None
