@@ -711,3 +711,18 @@ def test_claude_code_2x_subagent_files_become_child_sessions(
     assert store.get_session_by_key(f"claude-code:{sid}").head_seq > 0
     calls = imported_count(store, [child0.session_id])
     assert calls["calls"] == calls["results"] == {"toolu_sub"}
+
+
+def test_a_line_only_the_standard_parser_takes_is_read_all_the_same(
+    store: EventStore, tmp_path: Path
+) -> None:
+    # A lone surrogate escape is valid JSON (a tool's undecodable output) that faster
+    # parsers refuse; the store keeps such text exactly.
+    line = (
+        r'{"type":"response_item","payload":{"type":"message","role":"user","content":"x \ud800"}}'
+    )
+    copy = tmp_path / "rollout.jsonl"
+    copy.write_text(CODEX.read_text(encoding="utf-8") + line + "\n", encoding="utf-8")
+    [r] = import_transcript(store, copy)
+    last = store.read_tail(r.session_id, 1)[0].event
+    assert isinstance(last, Message) and last.text == "x \ud800"
