@@ -474,6 +474,7 @@ def test_cli_imports_a_directory_then_reports_it_up_to_date(cli_db: Any, tmp_pat
     assert [r["status"] for r in again] == ["up to date"] * 3
     text = cli_db("import", str(folder / CODEX.name)).output
     assert "up to date" in text
+    assert "3 of 3 sessions ok" in cli_db("verify", "--all").output
 
 
 def test_cli_refuses_an_unrecognised_file_naming_the_formats(cli_db: Any, tmp_path: Path) -> None:
