@@ -315,13 +315,14 @@ _FILE_FORMATS = ("jsonl", "openai", "swe-agent", "mini-swe-agent", "openhands", 
 def import_cmd(
     state: State, path: str, fmt: str, new_ids: bool, new_id: bool, as_json: bool
 ) -> None:
-    """Import PATH: a coding-agent transcript (Claude Code, Codex CLI, Gemini CLI), an
+    """Import PATH: a coding-agent transcript (Claude Code, Codex, Gemini CLI, aider, Cline), an
     export, a chat transcript or an agent trajectory; or a directory of transcripts.
 
     A coding-agent transcript goes to the session keyed "<format>:<its session id>": importing
     it again adds only what is new ("up to date" when nothing is). Every other file becomes
-    new sessions; an export keeps its session id, event ids and hashes. Each file is one
-    transaction, so a file that fails leaves nothing behind.
+    new sessions; an export keeps its session id, event ids and hashes, and each such file is
+    one transaction (a file that fails leaves nothing behind). A transcript goes in batches:
+    one that fails halfway is completed by the next import.
     """
     from eventstore.importers import detect_agent_format
 
@@ -381,7 +382,7 @@ def _import_agent_files(
     *,
     strict: bool,
 ) -> None:
-    """Import coding-agent transcripts, each in its own transaction; print one row per
+    """Import coding-agent transcripts, one after the other; print one row per
     session. ``strict``: a failure is the command's error (one file); else it is reported
     and the others go on (a directory), and the exit status says one failed."""
     from eventstore.importers import ImportFormatError, import_transcript

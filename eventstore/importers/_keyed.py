@@ -222,18 +222,22 @@ def import_transcript(
     Args:
         store: Where to write.
         path: The transcript (a ``.jsonl`` file, or a Gemini CLI ``.json`` session).
-        format: ``claude-code``, ``codex`` or ``gemini-cli``; detected when omitted.
+        format: One of :data:`AGENT_FORMATS` (``claude-code``, ``codex``, ``gemini-cli``,
+            ``aider``, ``cline``); detected from the content when omitted.
         final: The file is complete (``import``). ``False`` (``watch``) keeps back a
             compaction marker whose summary is not written yet.
         progress: Called with ``(bytes_read, bytes_total)`` as the file is read.
         batch_size: Events per append.
 
     Returns:
-        One entry per session the transcript fills (the main one first, then subagents).
+        One entry per session the transcript fills (the main one first, then subagents;
+        for aider, one per chat).
 
     Raises:
-        ImportFormatError: Not a transcript of a known format, or the file no longer
-            matches what an earlier import stored. Nothing has been written.
+        ImportFormatError: Not a transcript of a known format (the message names the
+            formats tried), the file no longer matches what an earlier import stored
+            (nothing is written then), or an append failed (the batches before it are
+            stored, and importing again resumes after them).
     """
     p = Path(path)
     fmt = format or detect_agent_format(p)
