@@ -1,15 +1,13 @@
 """``python -m benchmarks``: measure the store, its raw floors and its peers in one run.
 
-``python -m benchmarks quality [--smoke]`` runs the condensation quality benchmark instead
-(see :mod:`benchmarks.quality_report`); ``python -m benchmarks concurrency [--smoke]`` the
-concurrent-writers benchmark (see :mod:`benchmarks.concurrency`); ``python -m benchmarks
-search [--smoke]`` full-text search over one long session (see :mod:`benchmarks.search`);
-``python -m benchmarks adk [--smoke]`` ADK ``get_session`` on short and long sessions (the
-``adk`` extra; see :mod:`benchmarks.adk`); ``python -m benchmarks mcp [--smoke]`` the MCP
-server's tools at 100k events (the ``mcp`` extra; see :mod:`benchmarks.mcp`).
-``adk`` extra; see :mod:`benchmarks.adk`); ``python -m benchmarks langgraph [--smoke]``
-LangGraph checkpoint storage against LangGraph's own savers (the ``langgraph`` extra; see
-:mod:`benchmarks.langgraph`).
+Other benchmarks, each with a ``--smoke`` mode: ``quality`` (condensation quality, see
+:mod:`benchmarks.quality_report`), ``concurrency`` (concurrent writers,
+:mod:`benchmarks.concurrency`), ``search`` (full-text search over one long session,
+:mod:`benchmarks.search`), ``adk`` (ADK ``get_session`` on short and long sessions, the
+``adk`` extra, :mod:`benchmarks.adk`), ``mcp`` (the MCP server's tools at 100k events, the
+``mcp`` extra, :mod:`benchmarks.mcp`), ``langgraph`` (checkpoint storage against
+LangGraph's own savers, the ``langgraph`` extra, :mod:`benchmarks.langgraph`) and
+``importers`` (importing coding-agent transcripts, :mod:`benchmarks.importers`).
 
 Writes ``RESULTS.md`` and ``results.json`` (the full mode into ``benchmarks/``, the quick
 and smoke modes into ``benchmarks/<mode>-results/`` unless ``--out`` says otherwise).
@@ -202,6 +200,10 @@ def main(argv: list[str] | None = None) -> int:
         from .langgraph import main as langgraph_main
 
         return langgraph_main(argv[1:])
+    if argv[:1] == ["importers"]:
+        from .importers import main as importers_main
+
+        return importers_main(argv[1:])
     if argv[:1] == ["search"]:
         from .search import main as search_main
 

@@ -22,12 +22,13 @@ Modules:
   and :mod:`.demo_report` (its numbers, re-derived from the store, and their rendering);
 * :mod:`.serve`: ``serve``, the read-only web viewer in :mod:`.viewer` (the ``viewer`` extra);
 * :mod:`.mcp`: ``mcp``, the read-only MCP server in :mod:`.mcp_server` (the ``mcp`` extra).
+* :mod:`.watch`: ``watch``, following coding-agent transcripts as they grow.
 """
 
 from __future__ import annotations
 
 # Importing a command module registers its commands on the root group.
-from . import condense, db, demo, inspect, mcp, runtime, serve, sessions  # noqa: F401
+from . import condense, db, demo, inspect, mcp, runtime, serve, sessions, watch  # noqa: F401
 from .root import cli, main
 
 __all__ = ["main", "cli"]

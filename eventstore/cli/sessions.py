@@ -284,15 +284,19 @@ def export_cmd(state: State, session: str, fmt: str, output: str | None, as_json
         click.echo(f"wrote {count} {unit} to {output}", err=True)
 
 
+_AGENT_FORMATS = ("claude-code", "codex", "gemini-cli", "aider", "cline")
+_FILE_FORMATS = ("jsonl", "openai", "swe-agent", "mini-swe-agent", "openhands", "openhands-v1")
+
+
 @cli.command("import")
-@click.argument("file", type=click.Path(exists=True, dir_okay=False))
+@click.argument("path", type=click.Path(exists=True))
 @click.option(
     "--format",
     "fmt",
-    type=click.Choice(
-        ["jsonl", "openai", "swe-agent", "mini-swe-agent", "openhands", "openhands-v1"]
-    ),
-    help="Input format (default: detected from the content).",
+    type=click.Choice(["auto", *_AGENT_FORMATS, *_FILE_FORMATS]),
+    default="auto",
+    show_default=True,
+    help="Input format (auto: detected from the content).",
 )
 @click.option(
     "--new-ids",
@@ -309,24 +313,119 @@ def export_cmd(state: State, session: str, fmt: str, output: str | None, as_json
 @db_option
 @pass_state
 def import_cmd(
-    state: State, file: str, fmt: str | None, new_ids: bool, new_id: bool, as_json: bool
+    state: State, path: str, fmt: str, new_ids: bool, new_id: bool, as_json: bool
 ) -> None:
-    """Import FILE (an export, chat transcript or agent trajectory) as new sessions.
+    """Import PATH: a coding-agent transcript (Claude Code, Codex, Gemini CLI, aider, Cline), an
+    export, a chat transcript or an agent trajectory; or a directory of transcripts.
 
-    An export keeps its session id, event ids and hashes; the import is one transaction,
-    so a file that fails leaves nothing behind.
+    A coding-agent transcript goes to the session keyed "<format>:<its session id>": importing
+    it again adds only what is new ("up to date" when nothing is). Every other file becomes
+    new sessions; an export keeps its session id, event ids and hashes, and each such file is
+    one transaction (a file that fails leaves nothing behind). A transcript goes in batches:
+    one that fails halfway is completed by the next import.
     """
-    from eventstore.importers import import_file
+    from eventstore.importers import detect_agent_format
 
     store = state.store(create=True)
-    fmt_name: Any = {"jsonl": "eventstore"}.get(fmt, fmt) if fmt else None
-    with progress(f"importing {Path(file).name}", enabled=not as_json) as update:
-        created = import_file(store, file, fmt_name, update, new_ids=new_ids, new_id=new_id)
+    target = Path(path)
+    chosen = None if fmt == "auto" else fmt
+    if target.is_dir():
+        _import_agent_dir(state, store, target, chosen, as_json)
+        return
+    agent = chosen if chosen in _AGENT_FORMATS else None
+    if chosen is None:
+        agent = detect_agent_format(target)
+    if agent is not None:
+        _import_agent_files(store, [(target, agent)], [], as_json, strict=True)
+        return
+    from eventstore.importers import detect_format, import_file
+
+    fmt_name: Any = {"jsonl": "eventstore"}.get(chosen, chosen) if chosen else None
+    if fmt_name is None:
+        fmt_name = detect_format(target)  # names the formats tried when none fits
+    with progress(f"importing {target.name}", enabled=not as_json) as update:
+        created = import_file(store, target, fmt_name, update, new_ids=new_ids, new_id=new_id)
     if as_json:
         emit_json([session_dict(s) for s in created])
         return
     for s in created:
         click.echo(f"{s.id}  {s.head_seq} events  {s.title or ''}")
+
+
+def _import_agent_dir(
+    state: State, store: Any, root: Path, chosen: str | None, as_json: bool
+) -> None:
+    from eventstore.importers import detect_agent_format, transcripts_under
+
+    if chosen is not None and chosen not in _AGENT_FORMATS:
+        fail(
+            f"--format {chosen} imports one file; a directory holds coding-agent transcripts "
+            f"({', '.join(_AGENT_FORMATS)})"
+        )
+    todo: list[tuple[Path, str]] = []
+    skipped: list[tuple[Path, str]] = []
+    for p in transcripts_under(root):
+        found = detect_agent_format(p)
+        if found is None or (chosen is not None and found != chosen):
+            why = "not a coding-agent transcript" if found is None else f"a {found} transcript"
+            skipped.append((p, why))
+        else:
+            todo.append((p, found))
+    _import_agent_files(store, todo, skipped, as_json, strict=False)
+
+
+def _import_agent_files(
+    store: Any,
+    todo: list[tuple[Path, str]],
+    skipped: list[tuple[Path, str]],
+    as_json: bool,
+    *,
+    strict: bool,
+) -> None:
+    """Import coding-agent transcripts, one after the other; print one row per
+    session. ``strict``: a failure is the command's error (one file); else it is reported
+    and the others go on (a directory), and the exit status says one failed."""
+    from eventstore.importers import ImportFormatError, import_transcript
+
+    results: list[dict[str, Any]] = []
+    failed: list[tuple[Path, str]] = []
+    for path, found in todo:
+        try:
+            with progress(f"importing {path.name}", enabled=not as_json) as update:
+                done = import_transcript(store, path, found, progress=update)
+        except ImportFormatError as exc:
+            if strict:
+                raise
+            failed.append((path, str(exc)))
+            continue
+        results.extend(r.as_dict() for r in done)
+    if as_json:
+        emit_json(results)
+    else:
+        for r in results:
+            what = (
+                "up to date"
+                if r["status"] == "up to date"
+                else (
+                    f"{r['status']}: +{r['events']} events"
+                    + (f" ({r['condensations']} condensations)" if r["condensations"] else "")
+                )
+            )
+            click.echo(f"{r['session_id']}  {r['key']}  {what}  (head {r['head_seq']})")
+            if r["pending_line"]:
+                click.echo(
+                    f"  line {r['pending_line']} of {r['path']} is still being written; "
+                    "import again to take it",
+                    err=True,
+                )
+        if not results and not failed:
+            click.echo("no coding-agent transcripts found", err=True)
+    for path, why in skipped:
+        click.echo(f"skipped {path}: {why}", err=True)
+    for path, why in failed:
+        click.echo(f"failed {path}: {why}", err=True)
+    if failed:
+        raise SystemExit(1)
 
 
 # --------------------------------------------------------------------------- stats

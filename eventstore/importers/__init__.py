@@ -35,26 +35,45 @@ Formats (see :func:`detect_format`):
     ``MessageEvent``, ...): a list, JSONL, an object with ``events``, or evaluation output
     with one run's ``history`` per record.
 
-Anything none of these recognises fails with the file, the record and the field.
+Coding-agent transcripts (``claude-code``, ``codex``, ``gemini-cli``) are sessions that keep
+growing on disk: :func:`import_transcript` streams one into the session named by its key
+``"<format>:<source session id>"``, appending only what the store does not hold yet (see
+:mod:`eventstore.importers.claude_code`, :mod:`~eventstore.importers.codex` and
+:mod:`~eventstore.importers.gemini_cli`). :func:`import_file` sends these formats there too.
+
+Anything none of these recognises fails with the file, the record and the field, naming the
+formats tried.
 """
 
 from __future__ import annotations
 
 from ._formats import Format, detect_format, load_transcripts
+from ._keyed import (
+    AGENT_FORMATS,
+    SessionImport,
+    detect_agent_format,
+    import_transcript,
+    transcripts_under,
+)
 from ._loading import ImportFormatError, Transcript
 from ._writer import Progress, import_file, import_jsonl, import_transcripts
 from .jsonl import EXPORT_FORMAT, export_jsonl
 
 __all__ = [
+    "AGENT_FORMATS",
     "EXPORT_FORMAT",
     "Format",
     "ImportFormatError",
     "Progress",
+    "SessionImport",
     "Transcript",
+    "detect_agent_format",
     "detect_format",
     "export_jsonl",
     "import_file",
     "import_jsonl",
+    "import_transcript",
     "import_transcripts",
     "load_transcripts",
+    "transcripts_under",
 ]

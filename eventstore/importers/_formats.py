@@ -13,7 +13,22 @@ from .openhands import _looks_openhands, _openhands_transcripts
 from .openhands_v1 import _v1_transcripts, looks_v1
 from .swe_agent import _swe_agent_transcript
 
-Format = Literal["eventstore", "openai", "swe-agent", "openhands", "openhands-v1", "mini-swe-agent"]
+Format = Literal[
+    "eventstore",
+    "openai",
+    "swe-agent",
+    "openhands",
+    "openhands-v1",
+    "mini-swe-agent",
+    "claude-code",
+    "codex",
+    "gemini-cli",
+    "aider",
+    "cline",
+]
+
+FILE_FORMATS = ("eventstore", "openai", "swe-agent", "openhands", "openhands-v1", "mini-swe-agent")
+"""Formats imported whole, as new sessions."""
 
 
 def _detect(loaded: _Loaded) -> Format:
@@ -54,9 +69,19 @@ def detect_format(path: str | Path) -> Format:
     """Guess the format of a file from its content.
 
     Raises:
-        ImportFormatError: The file is unreadable, not JSON/JSONL, or of no known shape.
+        ImportFormatError: The file is unreadable, not JSON/JSONL, or of no known shape; the
+            message names the formats tried.
     """
-    return _detect(_load(path))
+    from ._keyed import AGENT_FORMATS, detect_agent_format
+
+    agent = detect_agent_format(path)
+    if agent is not None:
+        return agent  # type: ignore[return-value]
+    try:
+        return _detect(_load(path))
+    except ImportFormatError as exc:
+        tried = ", ".join([*AGENT_FORMATS, *FILE_FORMATS])
+        raise ImportFormatError(f"{exc} (formats tried: {tried}; pass --format)") from None
 
 
 def load_transcripts(path: str | Path, format: Format | None = None) -> list[Transcript]:
@@ -69,8 +94,12 @@ def load_transcripts(path: str | Path, format: Format | None = None) -> list[Tra
     Raises:
         ImportFormatError: Malformed input; the message names the file and line/record.
     """
+    fmt = format or detect_format(path)
+    if fmt in ("claude-code", "codex", "gemini-cli", "aider", "cline"):
+        from ._keyed import convert_transcript
+
+        return convert_transcript(path, fmt)
     loaded = _load(path)
-    fmt = format or _detect(loaded)
     if fmt == "eventstore":
         return [_parse_export(loaded)]
     if fmt == "openai":

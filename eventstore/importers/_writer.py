@@ -27,7 +27,7 @@ from ..errors import EventStoreError
 from ..events import Condensation, Message, Prune, ToolResultPart
 from ..records import Session
 from ..store import EventStore
-from ._formats import Format, load_transcripts
+from ._formats import Format, detect_format, load_transcripts
 from ._loading import ImportFormatError, Transcript, _parse_text
 from .jsonl import _parse_export
 
@@ -244,11 +244,19 @@ def import_file(
 
     Returns:
         The new sessions (most files hold one; OpenHands resolver output holds one per run).
+        For a coding-agent transcript, the sessions it fills, brought up to date (see
+        :func:`~eventstore.importers.import_transcript`).
 
     Raises:
         ImportFormatError: Malformed input. Nothing has been written in that case.
     """
-    transcripts = load_transcripts(path, format)
+    fmt = format or detect_format(path)
+    if fmt in ("claude-code", "codex", "gemini-cli", "aider", "cline"):
+        from ._keyed import import_transcript
+
+        done = import_transcript(store, path, fmt, batch_size=max(batch_size, 1))
+        return [store.get_session(r.session_id) for r in done]
+    transcripts = load_transcripts(path, fmt)
     if new_ids:
         transcripts = [_renumber(t) if t.hashes is not None else t for t in transcripts]
     if new_id:

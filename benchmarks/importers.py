@@ -1,0 +1,271 @@
+"""``python -m benchmarks importers [--smoke] [--mb N]``: importing coding-agent transcripts.
+
+Synthesises about ``--mb`` megabytes (default 100) of Claude Code, Codex CLI and Gemini CLI
+transcripts from the real samples under ``tests/data/transcripts`` (each file repeats a
+sample's records under a new session id, with fresh record, message and tool ids), then
+imports the whole directory with :func:`eventstore.importers.import_transcript` on SQLite
+(and Postgres unless ``--no-postgres``), file by file as ``eventstore import DIR`` does.
+
+Measured: events written per second (wall time of the import, conversion included), bytes
+per second, and the peak resident memory of a separate process doing the import (streamed
+in batches, so it stays flat as the files grow). A second import of the same directory is
+timed too: it converts everything again and writes nothing ("up to date").
+
+Writes ``IMPORTERS.md`` and ``importers.json`` (into ``benchmarks/``, or
+``benchmarks/smoke-results/`` with ``--smoke``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import uuid
+from pathlib import Path
+from typing import Any
+
+from .harness import load_average, machine_info, package_versions
+from .raw import fresh_pg_database
+
+HERE = Path(__file__).resolve().parent
+DATA = HERE.parent / "tests" / "data" / "transcripts"
+SOURCES = {
+    "claude-code": DATA / "claude-code" / "vibecodingtracker-claude_code.jsonl",
+    "codex": DATA / "codex" / "vibecodingtracker-codex.jsonl",
+    "gemini-cli": DATA / "gemini-cli" / "vibecodingtracker-gemini.jsonl",
+}
+SHARE = {"claude-code": 0.6, "codex": 0.3, "gemini-cli": 0.1}
+FILE_MB = 5
+DEFAULT_PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/eventstore_bench"
+
+
+def _parse(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m benchmarks importers", description=__doc__)
+    p.add_argument("--smoke", action="store_true", help="about 2 MB of transcripts")
+    p.add_argument("--mb", type=float, default=None, help="megabytes to synthesise (100)")
+    p.add_argument("--out", type=Path)
+    p.add_argument("--no-postgres", action="store_true")
+    p.add_argument("--pg-url", default=os.environ.get("EVENTSTORE_BENCH_PG_URL", DEFAULT_PG_URL))
+    return p.parse_args(argv)
+
+
+# --------------------------------------------------------------------------- synthesis
+
+
+def _fresh_ids(value: Any, suffix: str, keys: set[str]) -> Any:
+    """``value`` with every id-like string field suffixed (ids stay unique per copy)."""
+    if isinstance(value, dict):
+        return {
+            k: (
+                f"{v}-{suffix}" if k in keys and isinstance(v, str) else _fresh_ids(v, suffix, keys)
+            )
+            for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [_fresh_ids(v, suffix, keys) for v in value]
+    return value
+
+
+_ID_KEYS = {
+    "claude-code": {"uuid", "parentUuid", "id", "tool_use_id", "requestId", "messageId"},
+    "codex": {"call_id", "id"},
+    "gemini-cli": {"id"},
+}
+
+
+def synthesise(folder: Path, megabytes: float) -> dict[str, Any]:
+    """Write transcripts totalling about ``megabytes`` into ``folder``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    written = {"files": 0, "bytes": 0}
+    for fmt, src in SOURCES.items():
+        records = [json.loads(x) for x in src.read_text(encoding="utf-8").splitlines() if x.strip()]
+        budget = megabytes * SHARE[fmt] * 1_000_000
+        while budget > 0:
+            sid = str(uuid.uuid4())
+            path = folder / fmt / f"{sid}.jsonl"
+            path.parent.mkdir(exist_ok=True)
+            size = 0
+            copy = 0
+            with path.open("w", encoding="utf-8") as fp:
+                while size < min(budget, FILE_MB * 1_000_000):
+                    copy += 1
+                    for n, rec in enumerate(records):
+                        rec = _fresh_ids(rec, str(copy), _ID_KEYS[fmt])
+                        if fmt == "claude-code":
+                            rec["sessionId"] = sid
+                        elif fmt == "codex" and rec.get("type") == "session_meta":
+                            if copy > 1:
+                                continue  # one header per rollout
+                            rec["payload"]["id"] = sid
+                        elif fmt == "gemini-cli" and n == 0:
+                            if copy > 1:
+                                continue
+                            rec["sessionId"] = sid
+                        line = json.dumps(rec, ensure_ascii=False) + "\n"
+                        fp.write(line)
+                        size += len(line.encode("utf-8"))
+            budget -= size
+            written["files"] += 1
+            written["bytes"] += size
+    return written
+
+
+# --------------------------------------------------------------------------- measuring
+
+
+_CHILD = """
+import json, resource, sys, time
+from eventstore import EventStore
+from eventstore.importers import import_transcript, transcripts_under
+store = EventStore(sys.argv[1], upgrade=True)
+out = []
+def cpu():
+    u = resource.getrusage(resource.RUSAGE_SELF)
+    return u.ru_utime + u.ru_stime
+for attempt in ("first", "again"):
+    events = 0
+    start, cpu0 = time.perf_counter(), cpu()
+    for path in transcripts_under(sys.argv[2]):
+        for r in import_transcript(store, path):
+            events += r.events
+    out.append({"run": attempt, "events": events, "seconds": time.perf_counter() - start,
+                "cpu_seconds": cpu() - cpu0})
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(json.dumps({"runs": out, "peak_rss_kb": peak}))
+"""
+
+
+def measure(backend: str, url: str, folder: Path, total_bytes: int) -> dict[str, Any]:
+    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    proc = subprocess.run(
+        [sys.executable, "-c", _CHILD, url, str(folder)],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    )
+    data = json.loads(proc.stdout.strip().splitlines()[-1])
+    first, again = data["runs"]
+    return {
+        "backend": backend,
+        "events": first["events"],
+        "seconds": round(first["seconds"], 3),
+        "events_per_second": round(first["events"] / first["seconds"]),
+        "cpu_seconds": round(first["cpu_seconds"], 3),
+        "events_per_cpu_second": round(first["events"] / max(first["cpu_seconds"], 1e-9)),
+        "mb_per_second": round(total_bytes / 1e6 / first["seconds"], 2),
+        "reimport_seconds": round(again["seconds"], 3),
+        "reimport_events": again["events"],
+        "peak_rss_mb": round(data["peak_rss_kb"] / 1024, 1),
+    }
+
+
+def _baseline_rss() -> float:
+    """Peak memory of a process that only imports the library (for comparison)."""
+    code = (
+        "import resource, eventstore.importers, eventstore.store;"
+        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return round(int(out.stdout.strip()) / 1024, 1)
+
+
+def render(data: dict[str, Any]) -> str:
+    lines = [
+        "# Importing coding-agent transcripts",
+        "",
+        f"{data['files']} transcripts, {data['bytes'] / 1e6:.1f} MB, synthesised from the real "
+        "Claude Code (60%), Codex CLI (30%) and Gemini CLI (10%) samples under "
+        "`tests/data/transcripts` (`python -m benchmarks importers"
+        + (" --smoke" if data["smoke"] else "")
+        + "`). One process imports the directory file by file (appends of 1,000 events), "
+        f"then imports it again (everything converted again, nothing written). Events "
+        f"average {data['bytes'] / max(1, data['results'][0]['events']):,.0f} bytes of "
+        "transcript each: these sessions read and write whole files.",
+        "",
+        "| backend | events | seconds | events/s | CPU s | events per CPU s | MB/s | re-import (s) "
+        "| peak RSS (MB) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in data["results"]:
+        lines.append(
+            f"| {r['backend']} | {r['events']:,} | {r['seconds']:.2f} | "
+            f"{r['events_per_second']:,} | {r['cpu_seconds']:.2f} | "
+            f"{r['events_per_cpu_second']:,} | {r['mb_per_second']:.1f} | "
+            f"{r['reimport_seconds']:.2f} | {r['peak_rss_mb']:.0f} |"
+        )
+    lines += [
+        "",
+        _verdict(data),
+        "",
+        "CPU s is the importing process's own CPU time (user and system; on Postgres the "
+        "server's work is not in it): on a shared, loaded machine wall time measures the "
+        "load as much as the importer, CPU time much less so.",
+        "",
+        f"A process that only imports the library peaks at {data['baseline_rss_mb']:.0f} MB. "
+        f"Machine: {data['machine'].get('cpu_count')} cores ({data['machine'].get('cpu_model')}), "
+        f"load average {data['machine'].get('load_average_at_start')} at the start and "
+        f"{data['load']} at the end (a shared machine).",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+TARGET = 20_000
+"""Events per second the import should reach on SQLite."""
+
+
+def _verdict(data: dict[str, Any]) -> str:
+    sqlite = next((r for r in data["results"] if r["backend"] == "sqlite"), None)
+    if sqlite is None:
+        return ""
+    met = sqlite["events_per_second"] >= TARGET
+    return (
+        f"Target: at least {TARGET:,} events/s on SQLite: **{'met' if met else 'not met'}** "
+        f"({sqlite['events_per_second']:,} events/s of wall time, "
+        f"{sqlite['events_per_cpu_second']:,} per CPU second). About half of the CPU time is "
+        "conversion (parsing the lines, building the events: the re-import column), half the "
+        "store validating, encoding and hashing payloads of this size; batches mixing "
+        "messages with the transcripts' bookkeeping (custom events) do not take the store's "
+        "plain-message fast path."
+    )
+
+
+def main(argv: list[str]) -> int:
+    args = _parse(argv)
+    mb = args.mb or (2.0 if args.smoke else 100.0)
+    out = args.out or (HERE / "smoke-results" if args.smoke else HERE)
+    out.mkdir(parents=True, exist_ok=True)
+    results = []
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp) / "transcripts"
+        written = synthesise(folder, mb)
+        print(
+            f"synthesised {written['files']} files, {written['bytes'] / 1e6:.1f} MB",
+            file=sys.stderr,
+        )
+        machine = machine_info(Path(tmp), None)
+        results.append(
+            measure("sqlite", f"sqlite:///{Path(tmp) / 'import.db'}", folder, written["bytes"])
+        )
+        if not args.no_postgres:
+            url = fresh_pg_database(args.pg_url)
+            results.append(measure("postgres", url, folder, written["bytes"]))
+    data = {
+        "smoke": args.smoke,
+        **written,
+        "machine": machine,
+        "load": load_average(),
+        "packages": package_versions(),
+        "baseline_rss_mb": _baseline_rss(),
+        "results": results,
+        "max_rss_kb_units": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss > 0,
+    }
+    (out / "importers.json").write_text(json.dumps(data, indent=2) + "\n")
+    (out / "IMPORTERS.md").write_text(render(data))
+    print(render(data))
+    return 0

@@ -1,0 +1,543 @@
+"""Keyed, resumable import of coding-agent transcripts (Claude Code, Codex CLI, Gemini CLI).
+
+A transcript is one agent session that keeps growing on disk. Its session in the store is
+found by key, ``"<format>:<source session id>"``, so importing the same file again finds it.
+The file is converted again from the start (conversion is deterministic, and cheap next to
+writing), and each session it fills (the main one, and a child per subagent) gets only the
+events past its head: the converter numbers every event it makes, so the first ``head`` of
+them are the ones the session already holds. Earlier seqs and hashes never change, and a
+re-import adds nothing. The newest stored event is compared with the one the file makes at
+that seq: a file rewritten since (not just grown) is refused with the reason.
+
+The new events are streamed in appends of ``batch_size``: memory stays bounded whatever
+the file's size. Each append is atomic, and because resuming goes by each session's head,
+an import that fails or is killed halfway leaves sessions that are exact prefixes of the
+transcript, which the next import completes. The newest event's source position (``upto``,
+see :mod:`._agent`) tells the converter where the stored copy ends, so that it closes an
+assistant message it is still assembling at that line, as the earlier import did.
+
+A last line without its newline is still being written: it is left for a later import, and
+the converter keeps back a compaction marker whose summary is due on that line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+from .. import _sql
+from ..errors import ConflictError, EventStoreError, NotFoundError
+from ..events import Condensation
+from ..records import Session
+from ..store import EventStore
+from ._agent import (
+    Converter,
+    InvalidLine,
+    Item,
+    Torn,
+    first_records,
+    parse_when,
+    read_lines,
+    read_records,
+    source_of,
+)
+from ._loading import ImportFormatError, Transcript
+from .aider import Aider, first_header_time, looks_aider, path_digest
+from .claude_code import ClaudeCode, looks_claude_code
+from .cline import Cline, history_records, looks_cline
+from .codex import Codex, looks_codex
+from .gemini_cli import GeminiCli, json_session_records, looks_gemini, looks_gemini_header
+
+AGENT_FORMATS: dict[str, type[Converter]] = {
+    "claude-code": ClaudeCode,
+    "codex": Codex,
+    "gemini-cli": GeminiCli,
+    "aider": Aider,
+    "cline": Cline,
+}
+"""The coding-agent formats, by name."""
+
+BytesProgress = Callable[[int, int], None]
+"""Called with ``(bytes_read, bytes_total)`` as a transcript is read."""
+
+DEFAULT_BATCH = 1000
+
+
+@dataclass
+class SessionImport:
+    """What importing a transcript did to one session."""
+
+    session_id: str
+    key: str
+    format: str
+    path: str
+    events: int
+    """Events appended by this import."""
+    condensations: int
+    """Condensations among them."""
+    status: Literal["created", "updated", "up to date"]
+    head_seq: int
+    """The session's head after the import."""
+    parent_id: str | None = None
+    """The main session, for a subagent's child session."""
+    pending_line: int | None = None
+    """A last line still being written (no newline yet), left for a later import."""
+
+    @property
+    def created(self) -> bool:
+        return self.status == "created"
+
+    @property
+    def updated(self) -> bool:
+        return self.status == "updated"
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready, with ``created`` and ``updated`` flags beside ``status``."""
+        return asdict(self) | {"created": self.created, "updated": self.updated}
+
+
+def detect_agent_format(path: str | Path) -> str | None:
+    """The coding-agent format of a transcript from its first records, or ``None``."""
+    p = Path(path)
+    if p.suffix == ".md":
+        return "aider" if looks_aider(p) else None
+    if looks_cline(p):
+        return "cline"
+    if p.suffix == ".json":
+        try:
+            next(json_session_records(p))
+            return "gemini-cli"
+        except ImportFormatError:
+            return None
+        except StopIteration:  # pragma: no cover - the generator always yields the header
+            return None
+    try:
+        records = first_records(p, limit=8)
+    except ImportFormatError:
+        return None
+    if looks_gemini(records):
+        return "gemini-cli"
+    if looks_codex(records):
+        return "codex"
+    if looks_claude_code(records):
+        return "claude-code"
+    return None
+
+
+def _records(path: Path, fmt: str, counter: list[int]) -> Iterator[tuple[int, Any] | Torn]:
+    if fmt == "aider":
+        yield from read_lines(path, counter)
+        return
+    if fmt == "cline":
+        counter[0] = path.stat().st_size
+        yield from history_records(path)
+        return
+    if fmt == "gemini-cli" and _is_single_json(path):
+        counter[0] = path.stat().st_size
+        yield from json_session_records(path)
+        return
+    yield from read_records(path, counter)
+
+
+def _is_single_json(path: Path) -> bool:
+    if path.suffix == ".json":
+        return True
+    first = first_records(path, limit=1)
+    return bool(first) and isinstance(first[0], dict) and isinstance(first[0].get("messages"), list)
+
+
+def _first_time(path: Path) -> datetime | None:
+    """The first timestamp among the first records: the time of records that carry none
+    before it (a Claude Code ``summary``, a Gemini CLI header), so that the session's
+    events keep the transcript's times rather than the time of the import."""
+    if path.suffix == ".md":
+        return first_header_time(path)
+    if path.name == "api_conversation_history.json":
+        for _, rec in history_records(path):
+            ts = rec.get("ts") if isinstance(rec, dict) else None
+            if isinstance(ts, int | float) and not isinstance(ts, bool):
+                return datetime.fromtimestamp(ts / 1000, UTC)
+        return None
+    for rec in first_records(path, limit=200):
+        if isinstance(rec, dict):
+            when = parse_when(rec.get("timestamp") or rec.get("startTime"))
+            if when is not None:
+                return when
+    return None
+
+
+def _peek_source_id(path: Path, fmt: str) -> str:
+    """The source session id from the first records (the file's stem when none says)."""
+    if fmt == "aider":
+        return path_digest(path)
+    if fmt == "cline":
+        return path.parent.name
+    if fmt == "gemini-cli" and _is_single_json(path):
+        header = next(json_session_records(path))[1]
+        return str(header["sessionId"])
+    for rec in first_records(path, limit=200):
+        if not isinstance(rec, dict):
+            continue
+        if fmt == "claude-code" and isinstance(rec.get("sessionId"), str):
+            return rec["sessionId"]
+        if fmt == "codex" and rec.get("type") == "session_meta":
+            payload = rec.get("payload")
+            if isinstance(payload, dict) and isinstance(payload.get("id"), str):
+                return payload["id"]
+        if fmt == "gemini-cli" and looks_gemini_header(rec):
+            return str(rec["sessionId"])
+    return path.stem
+
+
+class _Target:
+    """One session the transcript fills: the main one or a subagent's child."""
+
+    def __init__(self, session: Session | None, name: str | None) -> None:
+        self.session = session
+        self.name = name
+        self.start = session.head_seq if session else 0  # events it held before
+        self.head = self.start
+        self.buffer: list[Any] = []
+        self.appended = 0
+        self.condensations = 0
+        self.created = False
+        self.last_src: dict[str, Any] | None = None  # source of the newest stored event
+        self.last_event: Any = None
+
+
+def import_transcript(
+    store: EventStore,
+    path: str | Path,
+    format: str | None = None,
+    *,
+    final: bool = True,
+    progress: BytesProgress | None = None,
+    batch_size: int = DEFAULT_BATCH,
+) -> list[SessionImport]:
+    """Import (or bring up to date) one coding-agent transcript.
+
+    Args:
+        store: Where to write.
+        path: The transcript (a ``.jsonl`` file, or a Gemini CLI ``.json`` session).
+        format: One of :data:`AGENT_FORMATS` (``claude-code``, ``codex``, ``gemini-cli``,
+            ``aider``, ``cline``); detected from the content when omitted.
+        final: The file is complete (``import``). ``False`` (``watch``) keeps back a
+            compaction marker whose summary is not written yet.
+        progress: Called with ``(bytes_read, bytes_total)`` as the file is read.
+        batch_size: Events per append.
+
+    Returns:
+        One entry per session the transcript fills (the main one first, then subagents;
+        for aider, one per chat).
+
+    Raises:
+        ImportFormatError: Not a transcript of a known format (the message names the
+            formats tried), the file no longer matches what an earlier import stored
+            (nothing is written then), or an append failed (the batches before it are
+            stored, and importing again resumes after them).
+    """
+    p = Path(path)
+    fmt = format or detect_agent_format(p)
+    if fmt is None:
+        raise ImportFormatError(
+            f"{p}: not a coding-agent transcript (tried {', '.join(AGENT_FORMATS)}); "
+            "pass --format to say which it is"
+        )
+    if fmt not in AGENT_FORMATS:
+        raise ImportFormatError(f"{p}: unknown format {fmt!r} (known: {', '.join(AGENT_FORMATS)})")
+    if not p.is_file():
+        raise ImportFormatError(f"{p}: not a file")
+    if format is not None and detect_agent_format(p) not in (None, fmt):
+        raise ImportFormatError(
+            f"{p}: this is a {detect_agent_format(p)} transcript, not {fmt}; "
+            "omit --format to detect it"
+        )
+    key = f"{fmt}:{_peek_source_id(p, fmt)}"
+    multi = AGENT_FORMATS[fmt].multi
+    main = None if multi else _by_key(store, key)
+    targets: dict[str | None, _Target] = {None: _Target(main, None)}
+    resume = 0
+    n = 1
+    while multi and (found := _by_key(store, f"{key}#{n}")) is not None:
+        targets[str(n)] = _Target(found, str(n))
+        resume = max(resume, _resume_point(store, targets[str(n)], p.name))
+        n += 1
+    if main is not None:
+        resume = _resume_point(store, targets[None], p.name)
+        for child in store.list_sessions(parent_id=main.id, limit=None):
+            sub = (child.metadata or {}).get("subagent")
+            if isinstance(sub, dict) and isinstance(sub.get("name"), str):
+                targets[sub["name"]] = _Target(child, sub["name"])
+                resume = max(resume, _resume_point(store, targets[sub["name"]], p.name))
+    conv = AGENT_FORMATS[fmt](p, resume=resume)
+    conv.when = _first_time(p)
+    total = p.stat().st_size
+    counter = [0]
+    pending: int | None = None
+    writer = _Writer(store, conv, key, targets, batch_size)
+    for rec in _records(p, fmt, counter):
+        if isinstance(rec, Torn):
+            pending = rec.line
+            break
+        conv.push(*rec)
+        writer.take(conv.drain())
+        if progress:
+            progress(counter[0], total)
+    conv.finish(final=final and pending is None)
+    writer.take(conv.drain())
+    writer.flush_all()
+    writer.check_complete()
+    if progress:
+        progress(total, total)
+    return writer.results(store, fmt, str(p), pending)
+
+
+def convert_transcript(path: str | Path, fmt: str) -> list[Transcript]:
+    """A coding-agent transcript converted without a store: the main session's events,
+    then one transcript per subagent (for inspection and tests)."""
+    p = Path(path)
+    conv = AGENT_FORMATS[fmt](p)
+    conv.when = _first_time(p)
+    items: list[Item] = []
+    for rec in _records(p, fmt, [0]):
+        if isinstance(rec, Torn):
+            break
+        conv.push(*rec)
+        items.extend(conv.drain())
+    conv.finish()
+    items.extend(conv.drain())
+    key = f"{fmt}:{_peek_source_id(p, fmt)}"
+    out = [
+        Transcript(
+            events=[i.event for i in items if i.child is None],
+            title=conv.title,
+            metadata={**conv.metadata, "import": {"format": fmt, "file": p.name, "key": key}},
+        )
+    ]
+    for name, info in conv.children.items():
+        out.append(
+            Transcript(
+                events=[i.event for i in items if i.child == name],
+                title=info.title,
+                metadata={
+                    **info.metadata,
+                    "import": {"format": fmt, "file": p.name, "key": f"{key}/{name}"},
+                },
+            )
+        )
+    return out
+
+
+def _by_key(store: EventStore, key: str) -> Session | None:
+    try:
+        return store.get_session_by_key(key)
+    except NotFoundError:
+        return None
+
+
+def _resume_point(store: EventStore, target: _Target, file: str) -> int:
+    """The last source line of ``file`` the session's newest event accounts for."""
+    session = target.session
+    if session is None or session.head_seq == 0:
+        return 0
+    tail = store.read_tail(session.id, 1)
+    src = source_of(tail[0].event) if tail else None
+    if src is None or src.get("file") != file or not isinstance(src.get("upto"), int):
+        return 0
+    target.last_src, target.last_event = src, tail[0].event
+    return int(src["upto"])
+
+
+def _content(event: Any) -> Any:
+    return event.model_dump(mode="json", exclude={"id", "created_at"}, exclude_none=True)
+
+
+class _Writer:
+    def __init__(
+        self,
+        store: EventStore,
+        conv: Converter,
+        key: str,
+        targets: dict[str | None, _Target],
+        batch_size: int,
+    ) -> None:
+        self.store, self.conv, self.key = store, conv, key
+        self.targets = targets
+        self.batch_size = max(1, batch_size)
+
+    def take(self, items: list[Item]) -> None:
+        for item in items:
+            target = self.targets.get(item.child)
+            if target is None:
+                target = self.targets[item.child] = _Target(None, item.child)
+            if item.seq <= target.start:
+                if item.seq == target.start and target.last_event is not None:
+                    # The newest stored event must come from the same place in the file.
+                    if _content(item.event) != _content(target.last_event):
+                        self._rewritten(target, item.seq)
+                continue
+            target.buffer.append(item.event)
+            if isinstance(item.event, Condensation):
+                target.condensations += 1
+            if len(target.buffer) >= self.batch_size:
+                self._flush(target)
+
+    def _rewritten(self, target: _Target, seq: int, *, shorter: bool = False) -> None:
+        where = f"session {target.session.id}" if target.session else "its session"
+        what = (
+            f"it makes only {seq} events"
+            if shorter
+            else f"event {seq} it makes differs from the stored one"
+        )
+        raise ImportFormatError(
+            f"{self.conv.path}: the file no longer matches what was imported into {where} "
+            f"(key {self._key(target)!r}): {what}, the session holds {target.start}. The "
+            "transcript was rewritten; delete that session to import it afresh"
+        )
+
+    def _key(self, target: _Target) -> str:
+        if target.name is None:
+            return self.key
+        return f"{self.key}#{target.name}" if self.conv.multi else f"{self.key}/{target.name}"
+
+    def _session(self, target: _Target) -> Session:
+        if target.session is not None:
+            return target.session
+        conv = self.conv
+        if target.name is None:
+            title, meta = conv.title, dict(conv.metadata)
+            parent_id = fork_seq = None
+        else:
+            info = conv.children.get(target.name)
+            title = info.title if info else target.name
+            meta = dict(info.metadata) if info else {"subagent": {"name": target.name}}
+            if conv.multi:
+                parent_id = fork_seq = None
+            else:
+                parent_id, fork_seq = self._session(self.targets[None]).id, 0
+        meta["import"] = {"format": conv.format, "file": conv.file, "key": self._key(target)}
+        try:
+            # A child is a fork at seq 0 of the main session (it shares none of its events)
+            # that also has a key; no public method makes both at once.
+            with self.store._tx(write=True) as conn:
+                target.session = _sql.create_session(
+                    conn,
+                    self.store.tenant,
+                    session_id=None,
+                    user_id=None,
+                    title=title,
+                    metadata=meta,
+                    parent_id=parent_id,
+                    fork_seq=fork_seq,
+                    key=self._key(target),
+                )
+        except EventStoreError as exc:
+            raise ImportFormatError(
+                f"{conv.path}: cannot create the session {self._key(target)!r} ({exc}); "
+                "another import of it may be running: run this one again"
+            ) from exc
+        target.created = True
+        return target.session
+
+    def _flush(self, target: _Target) -> None:
+        if not target.buffer:
+            return
+        session = self._session(target)
+        events, target.buffer = target.buffer, []
+        try:
+            target.head = self.store.append_result(
+                session.id, events, expected_seq=target.head
+            ).head_seq
+        except ConflictError as exc:
+            raise ImportFormatError(
+                f"{self.conv.path}: another import is writing {self._key(target)!r} at the "
+                "same time; run this one again"
+            ) from exc
+        except EventStoreError as exc:
+            raise ImportFormatError(
+                f"{self.conv.path}: events {target.head + 1}..{target.head + len(events)} of "
+                f"{self._key(target)!r}: {exc}; the events before them were imported, and "
+                "importing again resumes there"
+            ) from exc
+        target.appended += len(events)
+
+    def flush_all(self) -> None:
+        for target in list(self.targets.values()):
+            self._flush(target)
+        if self.targets[None].session is None and not self.conv.multi:
+            self._session(self.targets[None])  # the main session exists even when empty
+
+    def check_complete(self) -> None:
+        """Each session this file filled holds no more than the file makes: else the file
+        was cut short. (A session whose newest event came from another file, a subagent's
+        own transcript, is not this file's to judge.)"""
+        for name, target in self.targets.items():
+            made = self.conv.seqs.get(name, 0)
+            if target.start > made and target.last_src is not None:
+                self._rewritten(target, made, shorter=True)
+
+    def results(
+        self, store: EventStore, fmt: str, path: str, pending: int | None
+    ) -> list[SessionImport]:
+        out = []
+        main = self.targets[None].session
+        for target in self.targets.values():
+            s = target.session
+            if s is None:
+                continue
+            if target.created:
+                status: Literal["created", "updated", "up to date"] = "created"
+            else:
+                status = "updated" if target.appended else "up to date"
+            out.append(
+                SessionImport(
+                    session_id=s.id,
+                    key=self._key(target),
+                    format=fmt,
+                    path=path,
+                    events=target.appended,
+                    condensations=target.condensations,
+                    status=status,
+                    head_seq=target.head,
+                    parent_id=(
+                        main.id
+                        if main is not None and target.name is not None and not self.conv.multi
+                        else None
+                    ),
+                    pending_line=pending,
+                )
+            )
+        return out
+
+
+def transcripts_under(root: str | Path) -> list[Path]:
+    """The candidate transcript files under a directory, main sessions before subagents'
+    (a subagent's child session hangs off its main session)."""
+    found = [
+        p
+        for p in Path(root).rglob("*")
+        if p.is_file()
+        and (p.suffix in (".jsonl", ".json") or (p.suffix == ".md" and _history_name(p.name)))
+    ]
+    return sorted(found, key=lambda p: (_is_subagent_file(p), str(p)))
+
+
+def _history_name(name: str) -> bool:
+    return "chat.history" in name or "chat-history" in name
+
+
+def _is_subagent_file(path: Path) -> bool:
+    return path.name.startswith("agent-") or "subagents" in path.parts
+
+
+__all__ = [
+    "AGENT_FORMATS",
+    "InvalidLine",
+    "SessionImport",
+    "detect_agent_format",
+    "import_transcript",
+    "transcripts_under",
+]

@@ -1,0 +1,208 @@
+"""Gemini CLI chat recordings: ``~/.gemini/tmp/<project hash>/chats/session-*.json[l]``.
+
+Two layouts. The JSONL recording starts with a header (``sessionId``, ``projectHash``,
+``startTime``), then appends one line per message and ``{"$set": {...}}`` lines updating
+the header; a message written again with the same ``id`` (its tool calls or results
+arrived) replaces the earlier version. The older layout is one JSON object holding the
+header fields and a ``messages`` list (a message's position in it counts as its line).
+
+``user`` messages become user messages; ``gemini`` messages become one assistant message
+(``thoughts`` as reasoning parts, the text, ``toolCalls`` as tool calls), followed by a tool
+message with the results embedded in the calls (``functionResponse``). ``info``, ``error``
+and ``warning`` messages, ``$set`` lines, the header and unknown records are kept as
+``Custom`` events named ``gemini-cli.<type>``.
+
+The session's key is ``gemini-cli:<sessionId>``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from ..events import Message, Part, ReasoningPart, TextPart, ToolCallPart, ToolResultPart
+from ._agent import Converter, InvalidLine, parse_when, short_title, text_of
+from ._loading import _fail
+
+FORMAT = "gemini-cli"
+
+
+def looks_gemini_header(record: Any) -> bool:
+    """Whether a record is a Gemini CLI session header (JSONL) or whole session (JSON)."""
+    return (
+        isinstance(record, dict)
+        and isinstance(record.get("sessionId"), str)
+        and ("projectHash" in record or "startTime" in record)
+        and "type" not in record
+    )
+
+
+def looks_gemini(records: list[Any]) -> bool:
+    return bool(records) and looks_gemini_header(records[0])
+
+
+def json_session_records(path: str | Path) -> Iterator[tuple[int, Any]]:
+    """The older single-JSON layout as records: the header, then each message."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise _fail(str(path), f"cannot read a Gemini CLI session: {exc}") from None
+    if not (looks_gemini_header(data) and isinstance(data.get("messages"), list)):
+        raise _fail(str(path), "expected a Gemini CLI session with sessionId and messages")
+    yield 1, {k: v for k, v in data.items() if k != "messages"}
+    yield from enumerate(data["messages"], start=2)
+
+
+class GeminiCli(Converter):
+    format = FORMAT
+
+    def __init__(self, *args: Any, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.pending: dict[str, Any] | None = None  # the newest version of a model message
+        self.first = 0
+        self.held: list[tuple[str, Any, datetime | None, int]] = []
+
+    def feed(self, line: int, record: Any) -> None:
+        if isinstance(record, InvalidLine):
+            self._bookkeeping("invalid_line", {"text": record.text, "error": record.error})
+            return
+        if not isinstance(record, dict):
+            self._bookkeeping("non_record", record)
+            return
+        when = parse_when(record.get("timestamp"))
+        if when is not None:
+            self.when = when
+        if looks_gemini_header(record):
+            if self.source_id is None:
+                self.source_id = record["sessionId"]
+                self.metadata = {
+                    k: record[k]
+                    for k in ("projectHash", "startTime")
+                    if isinstance(record.get(k), str)
+                }
+            self._bookkeeping("session", record)
+            return
+        if "$set" in record:
+            self._bookkeeping("set", record)
+            return
+        kind = record.get("type")
+        if kind in ("gemini", "model"):
+            if self.pending is not None and self.pending.get("id") != record.get("id"):
+                self._close()
+            if self.pending is None:
+                self.first = line
+            self.pending = record  # a later version of the same message replaces it
+            return
+        self._close()
+        if kind == "user":
+            text = text_of(record.get("content"))
+            if self.title is None:
+                self.title = short_title(text_of(record.get("displayContent")) or text)
+            self.emit(
+                Message(
+                    role="user",
+                    parts=[TextPart(text=text)],
+                    provider_metadata={FORMAT: {"id": record.get("id")}},
+                    created_at=self.when,
+                )
+            )
+        else:
+            self._bookkeeping(str(kind or "record"), record)
+
+    def close(self) -> None:
+        self._close()
+
+    def _bookkeeping(self, name: str, record: Any) -> None:
+        if self.pending is not None:
+            self.held.append((name, record, self.when, self.line))
+        else:
+            self.custom(name, record, self.when)
+
+    def _close(self) -> None:
+        rec, self.pending = self.pending, None
+        if rec is None:
+            return
+        when = parse_when(rec.get("timestamp")) or self.when
+        parts: list[Part] = []
+        for thought in rec.get("thoughts") or []:
+            if isinstance(thought, dict):
+                subject, desc = thought.get("subject"), thought.get("description")
+                text = f"**{subject}**\n{desc}" if subject else str(desc or "")
+                parts.append(ReasoningPart(text=text, format="reasoning_content"))
+        text = text_of(rec.get("content"))
+        if text:
+            parts.append(TextPart(text=text))
+        results: list[Part] = []
+        for i, call in enumerate(rec.get("toolCalls") or []):
+            if not isinstance(call, dict):
+                continue
+            call_id = str(call.get("id") or f"{rec.get('id')}-{i}")
+            name = str(call.get("name") or "tool")
+            args = call.get("args", {})
+            parts.append(
+                ToolCallPart(
+                    id=call_id,
+                    name=name,
+                    arguments=args
+                    if isinstance(args, str)
+                    else json.dumps(args, ensure_ascii=False),
+                )
+            )
+            if call.get("result") is not None or call.get("status") in ("error", "cancelled"):
+                output, error = _result(call)
+                results.append(
+                    ToolResultPart(
+                        tool_call_id=call_id,
+                        name=name,
+                        output=output,
+                        is_error=error,
+                        state="error" if error else "completed",
+                    )
+                )
+        meta = {k: rec[k] for k in ("id", "tokens") if rec.get(k) is not None}
+        model = rec.get("model") if isinstance(rec.get("model"), str) else None
+        self.emit(
+            Message(
+                role="assistant",
+                parts=parts,
+                model=model,
+                provider_metadata={FORMAT: meta},
+                created_at=when,
+            ),
+            first=self.first,
+            held=True,
+        )
+        if results:
+            self.emit(
+                Message(role="tool", parts=results, created_at=when), first=self.first, held=True
+            )
+        held, self.held = self.held, []
+        for name, record, hwhen, line in held:
+            self.custom(name, record, hwhen, first=line, held=True)
+
+
+def _result(call: dict[str, Any]) -> tuple[str, bool]:
+    """A tool call's output from its embedded ``functionResponse`` parts, and whether it
+    failed."""
+    error = call.get("status") in ("error", "cancelled")
+    texts: list[str] = []
+    result = call.get("result")
+    for item in result if isinstance(result, list) else [result]:
+        resp = item.get("functionResponse") if isinstance(item, dict) else None
+        response = resp.get("response") if isinstance(resp, dict) else None
+        if isinstance(response, dict):
+            if isinstance(response.get("output"), str):
+                texts.append(response["output"])
+            elif isinstance(response.get("error"), str):
+                texts.append(response["error"])
+                error = True
+            else:
+                texts.append(json.dumps(response, ensure_ascii=False))
+        elif item is not None:
+            texts.append(item if isinstance(item, str) else json.dumps(item, ensure_ascii=False))
+    if not texts and isinstance(call.get("resultDisplay"), str):
+        texts.append(call["resultDisplay"])
+    return "\n".join(texts), error

@@ -1,0 +1,729 @@
+"""Coding-agent transcripts (Claude Code, Codex CLI, Gemini CLI): import, keys, resuming,
+native compaction, bad input, on SQLite and Postgres.
+
+Every sample under ``tests/data/transcripts`` (see its PROVENANCE.md) is checked against an
+independent count made here from the raw JSON lines, without the importers' code: the
+tool-call and tool-result id sets, the thinking blocks and the user turns. The files under
+``check/`` were not looked at while the importers were written.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from eventstore import (
+    Condensation,
+    Custom,
+    EventStore,
+    Message,
+    ProviderPart,
+    ReasoningPart,
+    ToolCallPart,
+    ToolResultPart,
+)
+from eventstore.cli import cli
+from eventstore.importers import (
+    ImportFormatError,
+    detect_agent_format,
+    detect_format,
+    export_jsonl,
+    import_jsonl,
+    import_transcript,
+)
+
+DATA = Path(__file__).parent / "data" / "transcripts"
+SAMPLES = sorted(p for p in DATA.rglob("*.jsonl"))
+COMPACTED = DATA / "claude-code" / "claude-code-log-dag_compact_after_rewind.jsonl"
+SIDECHAIN = DATA / "claude-code" / "claude-code-log-sidechain_integrated.jsonl"
+CODEX = DATA / "codex" / "vibecodingtracker-codex.jsonl"
+CLAUDE = DATA / "claude-code" / "vibecodingtracker-claude_code.jsonl"
+GEMINI = DATA / "gemini-cli" / "vibecodingtracker-gemini.jsonl"
+
+
+def _format_of(path: Path) -> str:
+    return path.parent.name
+
+
+# --------------------------------------------------------------------------- independent count
+
+
+def _lines(path: Path) -> list[Any]:
+    out = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return [r for r in out if isinstance(r, dict)]
+
+
+def independent_count(path: Path, fmt: str) -> dict[str, Any]:
+    """Calls, results, thinking blocks and user turns, read straight from the JSON."""
+    calls: set[str] = set()
+    results: set[str] = set()
+    thinking = 0
+    users = 0
+    records = _lines(path)
+    if fmt == "claude-code":
+        for r in records:
+            content = (
+                (r.get("message") or {}).get("content")
+                if isinstance(r.get("message"), dict)
+                else None
+            )
+            if r.get("type") == "assistant" and isinstance(content, list):
+                for b in content:
+                    if isinstance(b, dict) and b.get("type") == "tool_use" and "id" in b:
+                        calls.add(b["id"])
+                    if isinstance(b, dict) and b.get("type") in ("thinking", "redacted_thinking"):
+                        thinking += 1
+            if (
+                r.get("type") == "user"
+                and isinstance(r.get("message"), dict)
+                and not r.get("isCompactSummary")
+            ):
+                blocks = content if isinstance(content, list) else []
+                ids = [
+                    b["tool_use_id"]
+                    for b in blocks
+                    if isinstance(b, dict) and b.get("type") == "tool_result"
+                ]
+                results.update(ids)
+                others = [
+                    b for b in blocks if isinstance(b, dict) and b.get("type") != "tool_result"
+                ]
+                if isinstance(content, str) or others or not ids:
+                    users += 1
+    elif fmt == "codex":
+        for r in records:
+            p = r.get("payload") if r.get("type") == "response_item" else None
+            if not isinstance(p, dict):
+                continue
+            if p.get("type") in ("function_call", "custom_tool_call", "local_shell_call"):
+                calls.add(p["call_id"])
+            elif str(p.get("type", "")).endswith("_output"):
+                results.add(p["call_id"])
+            elif p.get("type") == "reasoning":
+                thinking += 1
+            elif p.get("type") == "message" and p.get("role") == "user":
+                users += 1
+    else:  # gemini-cli: a message written again under its id replaces the earlier one
+        latest: dict[str, dict[str, Any]] = {}
+        for r in records:
+            if r.get("type") in ("gemini", "user") and "id" in r:
+                latest[r["id"]] = r
+        for r in latest.values():
+            if r["type"] == "user":
+                users += 1
+                continue
+            thinking += len(r.get("thoughts") or [])
+            for c in r.get("toolCalls") or []:
+                calls.add(c["id"])
+                if c.get("result") is not None:
+                    results.add(c["id"])
+    return {"calls": calls, "results": results, "thinking": thinking, "users": users}
+
+
+def imported_count(store: EventStore, session_ids: list[str]) -> dict[str, Any]:
+    calls: set[str] = set()
+    results: set[str] = set()
+    thinking = 0
+    users = 0
+    for sid in session_ids:
+        for stored in store.read(sid, kinds=["message"]):
+            msg = stored.event
+            assert isinstance(msg, Message)
+            for part in msg.parts:
+                if isinstance(part, ToolCallPart):
+                    calls.add(part.id)
+                elif isinstance(part, ToolResultPart):
+                    results.add(part.tool_call_id)
+                elif isinstance(part, ReasoningPart):
+                    thinking += 1
+                elif isinstance(part, ProviderPart) and part.item.get("type") == "reasoning":
+                    if not any(isinstance(p, ReasoningPart) for p in msg.parts):
+                        thinking += 1  # a reasoning item without a summary
+            if msg.role == "user":
+                users += 1
+    return {"calls": calls, "results": results, "thinking": thinking, "users": users}
+
+
+@pytest.mark.parametrize("path", SAMPLES, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_every_sample_matches_an_independent_count(store: EventStore, path: Path) -> None:
+    fmt = _format_of(path)
+    done = import_transcript(store, path)
+    assert {r.format for r in done} == {fmt}
+    expected = independent_count(path, fmt)
+    got = imported_count(store, [r.session_id for r in done])
+    assert got == expected
+    for r in done:
+        report = store.verify(r.session_id)
+        assert report.ok, report.problems
+
+
+@pytest.mark.parametrize("path", SAMPLES, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_auto_detection_agrees_with_the_folder_the_sample_is_filed_under(path: Path) -> None:
+    assert detect_agent_format(path) == _format_of(path)
+    assert detect_format(path) == _format_of(path)
+
+
+@pytest.mark.parametrize("path", [CLAUDE, CODEX, GEMINI], ids=lambda p: p.parent.name)
+def test_explicit_format_imports_what_auto_detection_imports(tmp_path: Path, path: Path) -> None:
+    auto = EventStore(f"sqlite:///{tmp_path / 'auto.db'}")
+    explicit = EventStore(f"sqlite:///{tmp_path / 'explicit.db'}")
+    [a] = import_transcript(auto, path)
+    [b] = import_transcript(explicit, path, _format_of(path))
+    assert a.key == b.key and a.events == b.events
+    assert _payloads(auto, a.session_id) == _payloads(explicit, b.session_id)
+
+
+def _payloads(store: EventStore, sid: str) -> list[Any]:
+    return [s.event.model_dump(mode="json", exclude={"id"}) for s in store.read(sid)]
+
+
+@pytest.mark.parametrize("path", SAMPLES, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_the_view_at_head_has_every_result_after_its_call(store: EventStore, path: Path) -> None:
+    for r in import_transcript(store, path):
+        calls: set[str] = set()
+        for item in store.view(r.session_id).items:
+            for part in item.message.parts:
+                if isinstance(part, ToolCallPart):
+                    calls.add(part.id)
+                elif isinstance(part, ToolResultPart):
+                    assert part.tool_call_id in calls or _orphan_in_source(path, part.tool_call_id)
+
+
+def _orphan_in_source(path: Path, call_id: str) -> bool:
+    """A result whose call the file itself lacks (a fixture trimmed by its authors)."""
+    return call_id not in independent_count(path, _format_of(path))["calls"]
+
+
+# --------------------------------------------------------------------------- keys, resuming
+
+
+def test_keys_name_the_source_session_and_reimport_adds_nothing(store: EventStore) -> None:
+    [first] = import_transcript(store, CODEX)
+    assert first.key == "codex:01996135-afde-7911-97f0-d863511eca56"
+    assert first.status == "created" and first.events == first.head_seq > 0
+    assert store.get_session_by_key(first.key).id == first.session_id
+    head_hash = store.read_tail(first.session_id, 1)[0].hash
+    [again] = import_transcript(store, CODEX)
+    assert (again.status, again.events, again.session_id) == ("up to date", 0, first.session_id)
+    assert store.read_tail(first.session_id, 1)[0].hash == head_hash
+
+
+@pytest.mark.parametrize("path", [CLAUDE, CODEX, GEMINI, COMPACTED], ids=lambda p: p.name)
+def test_a_longer_copy_appends_only_the_new_entries(
+    store: EventStore, tmp_path: Path, path: Path
+) -> None:
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    copy = tmp_path / path.name
+    cut = len(lines) * 2 // 3
+    copy.write_text("".join(lines[:cut]), encoding="utf-8")
+    [part] = import_transcript(store, copy)
+    before = [(s.seq, s.hash) for s in store.read(part.session_id)]
+    copy.write_text("".join(lines), encoding="utf-8")
+    [grown] = import_transcript(store, copy)
+    assert grown.status == "updated" and grown.session_id == part.session_id
+    after = [(s.seq, s.hash) for s in store.read(part.session_id)]
+    assert after[: len(before)] == before  # earlier seqs and hashes kept
+    assert grown.events == len(after) - len(before) > 0
+    # The same ids as a whole import, and nothing twice.
+    assert imported_count(store, [part.session_id]) == independent_count(path, _format_of(path))
+    [again] = import_transcript(store, copy)
+    assert again.status == "up to date"
+
+
+def test_every_event_keeps_its_source_position(store: EventStore) -> None:
+    [r] = import_transcript(store, CLAUDE)
+    lines = CLAUDE.read_text(encoding="utf-8").splitlines()
+    uuids_seen = []
+    for stored in store.read(r.session_id):
+        evt = stored.event
+        if isinstance(evt, Message):
+            src = evt.provider_metadata["source"]
+            native = evt.provider_metadata["claude-code"]
+            ids = native["uuid"] if isinstance(native["uuid"], list) else [native["uuid"]]
+            assert json.loads(lines[src["line"] - 1])["uuid"] == ids[0]
+            uuids_seen.extend(ids)
+        else:
+            assert isinstance(evt, Custom)
+            src = evt.data["source"]
+            assert json.loads(lines[src["line"] - 1]) == evt.data["record"]
+        assert src["file"] == CLAUDE.name and src["upto"] >= src["line"]
+    all_uuids = {
+        json.loads(x)["uuid"] for x in lines if json.loads(x)["type"] in ("user", "assistant")
+    }
+    assert set(uuids_seen) == all_uuids
+
+
+def test_a_torn_last_line_waits_for_its_newline(store: EventStore, tmp_path: Path) -> None:
+    lines = CODEX.read_text(encoding="utf-8").splitlines(keepends=True)
+    copy = tmp_path / CODEX.name
+    copy.write_text("".join(lines[:40]) + lines[40][:25], encoding="utf-8")
+    [r] = import_transcript(store, copy)
+    assert r.pending_line == 41
+    held = r.head_seq
+    copy.write_text("".join(lines), encoding="utf-8")
+    [r2] = import_transcript(store, copy)
+    assert r2.pending_line is None and r2.head_seq > held
+    assert imported_count(store, [r.session_id]) == independent_count(CODEX, "codex")
+
+
+def test_a_rewritten_file_is_refused_and_nothing_is_written(
+    store: EventStore, tmp_path: Path
+) -> None:
+    lines = CODEX.read_text(encoding="utf-8").splitlines(keepends=True)
+    copy = tmp_path / CODEX.name
+    copy.write_text("".join(lines), encoding="utf-8")
+    [r] = import_transcript(store, copy)
+    copy.write_text("".join(lines[:30] + lines[35:] + lines[:5]), encoding="utf-8")
+    with pytest.raises(ImportFormatError, match="rewritten"):
+        import_transcript(store, copy)
+    assert store.head(r.session_id) == r.head_seq
+
+
+# --------------------------------------------------------------------------- compaction
+
+
+def test_a_claude_code_compaction_becomes_one_condensation(store: EventStore) -> None:
+    [r] = import_transcript(store, COMPACTED)
+    assert r.condensations == 1
+    events = list(store.read(r.session_id))
+    [cond] = [s for s in events if isinstance(s.event, Condensation)]
+    summary_line = next(x for x in _lines(COMPACTED) if x.get("isCompactSummary"))
+    native = summary_line["message"]["content"][0]["text"]
+    assert cond.event.summary == native  # verbatim
+    assert (cond.event.forgotten_from, cond.event.forgotten_to) == (1, cond.seq - 1)
+    assert cond.event.trigger == "import"
+    before = store.view(r.session_id, as_of=cond.seq - 1)
+    after = store.view(r.session_id, as_of=cond.seq)
+    head = store.view(r.session_id)
+    assert [i.seq for i in before.items] == list(range(1, cond.seq))
+    assert after.items == [] and after.condensation is not None
+    assert [i.message.text for i in head.items] == ["After compaction", "Final answer"]
+
+
+def test_a_codex_compaction_becomes_one_condensation(store: EventStore, tmp_path: Path) -> None:
+    lines = CODEX.read_text(encoding="utf-8").splitlines(keepends=True)
+    marker = {
+        "timestamp": "2025-09-20T10:00:00.000Z",
+        "type": "compacted",
+        "payload": {
+            "message": "Summary so far:\n- read the repo\n- fixed the bug",
+            "replacement_history": [],
+        },
+    }
+    user = {
+        "timestamp": "2025-09-20T10:00:01.000Z",
+        "type": "response_item",
+        "payload": {
+            "type": "message",
+            "role": "user",
+            "content": [{"type": "input_text", "text": "and now?"}],
+        },
+    }
+    copy = tmp_path / "rollout.jsonl"
+    copy.write_text("".join(lines) + json.dumps(marker) + "\n" + json.dumps(user) + "\n")
+    [r] = import_transcript(store, copy)
+    [cond] = [s for s in store.read(r.session_id) if isinstance(s.event, Condensation)]
+    assert cond.event.summary == marker["payload"]["message"]
+    assert cond.event.forgotten_to == cond.seq - 1
+    assert [i.message.text for i in store.view(r.session_id).items] == ["and now?"]
+
+
+def test_a_compaction_marker_whose_summary_is_not_written_yet_waits(
+    store: EventStore, tmp_path: Path
+) -> None:
+    lines = COMPACTED.read_text(encoding="utf-8").splitlines(keepends=True)
+    boundary = next(i for i, x in enumerate(lines) if "compact_boundary" in x)
+    copy = tmp_path / COMPACTED.name
+    copy.write_text("".join(lines[: boundary + 1]), encoding="utf-8")
+    [r] = import_transcript(store, copy, final=False)
+    assert r.condensations == 0
+    copy.write_text("".join(lines), encoding="utf-8")
+    [r2] = import_transcript(store, copy, final=False)
+    assert r2.condensations == 1
+    conds = [s.event for s in store.read(r.session_id) if isinstance(s.event, Condensation)]
+    assert len(conds) == 1 and conds[0].summary and conds[0].summary.startswith("This session")
+
+
+# --------------------------------------------------------------------------- sidechains, export
+
+
+def test_sidechain_messages_go_to_child_sessions(store: EventStore) -> None:
+    done = import_transcript(store, SIDECHAIN)
+    main = done[0]
+    assert main.parent_id is None and main.key == "claude-code:88a8d761-7b9a-4bf1-a8ca-c1febe6bf358"
+    children = done[1:]
+    assert children and all(c.parent_id == main.session_id for c in children)
+    listed = {s.id for s in store.list_sessions(parent_id=main.session_id, limit=None)}
+    assert listed == {c.session_id for c in children}
+    for c in children:
+        assert store.get_session(c.session_id).fork_seq == 0  # shares nothing of the main log
+        for stored in store.read(c.session_id):
+            assert not isinstance(stored.event, Message) or stored.event.role in (
+                "assistant",
+                "tool",
+            )
+    main_ids = {
+        p.id
+        for s in store.read(main.session_id, kinds=["message"])
+        for p in s.event.parts  # type: ignore[union-attr]
+        if isinstance(p, ToolCallPart)
+    }
+    assert main_ids == {"toolu_01JA2mLseQCAW3MdwPE4qWEk"}
+    assert [r.status for r in import_transcript(store, SIDECHAIN)] == ["up to date"] * len(done)
+
+
+def test_export_then_import_keeps_the_session_id_and_every_hash(
+    store: EventStore, tmp_path: Path
+) -> None:
+    [r] = import_transcript(store, COMPACTED)
+    out = tmp_path / "export.jsonl"
+    with out.open("w", encoding="utf-8") as fp:
+        export_jsonl(store, r.session_id, fp)
+    other = EventStore(f"sqlite:///{tmp_path / 'other.db'}")
+    with out.open(encoding="utf-8") as fp:
+        copy = import_jsonl(other, fp)
+    assert copy.id == r.session_id
+    assert [s.hash for s in other.read(copy.id)] == [s.hash for s in store.read(r.session_id)]
+
+
+# --------------------------------------------------------------------------- bad input
+
+
+def test_lines_that_are_not_records_are_kept_as_custom_events(
+    store: EventStore, tmp_path: Path
+) -> None:
+    lines = CODEX.read_text(encoding="utf-8").splitlines(keepends=True)
+    copy = tmp_path / "rollout.jsonl"
+    copy.write_text(
+        "".join(lines[:10])
+        + "{not json\n"
+        + '{"type":"brand_new","payload":{"x":1}}\n'
+        + "".join(lines[10:])
+    )
+    [r] = import_transcript(store, copy)
+    customs = Counter(s.event.name for s in store.read(r.session_id) if isinstance(s.event, Custom))
+    assert customs["codex.invalid_line"] == 1 and customs["codex.brand_new"] == 1
+    bad = next(
+        s.event
+        for s in store.read(r.session_id)
+        if isinstance(s.event, Custom) and s.event.name == "codex.invalid_line"
+    )
+    assert bad.data["record"]["text"] == "{not json" and bad.data["source"]["line"] == 11
+    assert all(i.stored.kind == "message" for i in store.view(r.session_id).items)
+    assert imported_count(store, [r.session_id]) == independent_count(CODEX, "codex")
+
+
+def test_wrong_or_unknown_format_is_a_clear_error(store: EventStore, tmp_path: Path) -> None:
+    with pytest.raises(ImportFormatError, match="this is a codex transcript, not claude-code"):
+        import_transcript(store, CODEX, "claude-code")
+    other = tmp_path / "notes.jsonl"
+    other.write_text('{"x": 1}\n{"y": 2}\n')
+    with pytest.raises(ImportFormatError, match="tried claude-code, codex, gemini-cli"):
+        import_transcript(store, other)
+    with pytest.raises(ImportFormatError, match="formats tried: claude-code, codex, gemini-cli"):
+        detect_format(other)
+    assert store.list_sessions(limit=None) == []
+
+
+# --------------------------------------------------------------------------- command line
+
+
+@pytest.fixture
+def cli_db(db_url: str, monkeypatch: pytest.MonkeyPatch) -> Any:
+    monkeypatch.delenv("EVENTSTORE_URL", raising=False)
+    tenant = f"imp-{uuid.uuid4().hex}"
+
+    def run(*args: str, code: int = 0) -> Any:
+        result = CliRunner().invoke(cli, ["--db", db_url, "--tenant", tenant, *args])
+        assert result.exit_code == code, (result.output, result.exception)
+        return result
+
+    return run
+
+
+def test_cli_imports_a_directory_then_reports_it_up_to_date(cli_db: Any, tmp_path: Path) -> None:
+    folder = tmp_path / "projects"
+    folder.mkdir()
+    for p in (CLAUDE, CODEX, GEMINI):
+        (folder / p.name).write_bytes(p.read_bytes())
+    (folder / "notes.json").write_text('{"hello": 1}')
+    first = json.loads(cli_db("import", str(folder), "--json").stdout)
+    assert sorted(r["format"] for r in first) == ["claude-code", "codex", "gemini-cli"]
+    assert all(r["created"] and r["status"] == "created" and r["events"] > 0 for r in first)
+    assert set(first[0]) >= {
+        "session_id",
+        "key",
+        "format",
+        "events",
+        "condensations",
+        "created",
+        "updated",
+    }
+    again = json.loads(cli_db("import", str(folder), "--json").stdout)
+    assert [r["status"] for r in again] == ["up to date"] * 3
+    text = cli_db("import", str(folder / CODEX.name)).output
+    assert "up to date" in text
+    assert "3 of 3 sessions ok" in cli_db("verify", "--all").output
+
+
+def test_cli_refuses_an_unrecognised_file_naming_the_formats(cli_db: Any, tmp_path: Path) -> None:
+    other = tmp_path / "notes.jsonl"
+    other.write_text('{"x": 1}\n{"y": 2}\n')
+    result = cli_db("import", str(other), code=1)
+    assert "claude-code, codex, gemini-cli" in result.output
+    wrong = cli_db("import", str(CODEX), "--format", "gemini-cli", code=1)
+    assert "codex transcript" in wrong.output
+
+
+def test_watch_once_twice_imports_once_and_follows_new_lines(cli_db: Any, tmp_path: Path) -> None:
+    folder = tmp_path / "sessions"
+    (folder / "2025" / "09").mkdir(parents=True)
+    lines = CODEX.read_text(encoding="utf-8").splitlines(keepends=True)
+    rollout = folder / "2025" / "09" / CODEX.name
+    rollout.write_text("".join(lines[:50]) + lines[50][:10], encoding="utf-8")  # torn
+    (folder / "2025" / "09" / COMPACTED.name).write_bytes(COMPACTED.read_bytes())
+    first = [
+        json.loads(x) for x in cli_db("watch", str(folder), "--once", "--json").stdout.splitlines()
+    ]
+    assert sorted(r["format"] for r in first) == ["claude-code", "codex"]
+    codex = next(r for r in first if r["format"] == "codex")
+    assert codex["pending_line"] == 51
+    # A restarted watch finds everything in the store: nothing new, nothing printed.
+    assert cli_db("watch", str(folder), "--once", "--json").stdout.strip() == ""
+    rollout.write_text("".join(lines), encoding="utf-8")
+    grown = [
+        json.loads(x) for x in cli_db("watch", str(folder), "--once", "--json").stdout.splitlines()
+    ]
+    assert [(r["key"], r["status"]) for r in grown] == [(codex["key"], "updated")]
+    assert grown[0]["head_seq"] > codex["head_seq"] and grown[0]["pending_line"] is None
+
+
+def test_watch_without_paths_names_the_default_places(
+    cli_db: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    result = cli_db("watch", "--once", code=1)
+    assert "~/.claude/projects" in result.output
+
+
+def test_the_documentation_examples_run() -> None:
+    page = (Path(__file__).parent.parent / "docs" / "importers-coding-agents.md").read_text()
+    blocks = page.split("```python\n")[1:]
+    assert blocks
+    for block in blocks:
+        exec(compile(block.split("```")[0], "docs/importers-coding-agents.md", "exec"), {})
+
+
+def test_the_import_benchmark_runs_at_a_tiny_size(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    root = Path(__file__).parent.parent
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "importers", "--mb", "0.3", "--no-postgres",
+         "--out", str(tmp_path)],
+        cwd=root, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads((tmp_path / "importers.json").read_text())
+    [sqlite] = data["results"]
+    assert sqlite["events"] > 0 and sqlite["reimport_events"] == 0
+    assert "events/s" in (tmp_path / "IMPORTERS.md").read_text()
+
+
+AIDER = DATA / "aider" / "aider-chat-history-excerpt.md"
+
+
+def _aider_independent(path: Path) -> tuple[int, int]:
+    """Chats and user turns of an aider history, counted with plain string tests."""
+    text = path.read_text(encoding="utf-8")
+    chats = sum(1 for line in text.splitlines() if line.startswith("# aider chat started at"))
+    turns, previous = 0, False
+    for line in text.splitlines():
+        is_user = line.startswith("#### ") or line.rstrip() == "####"
+        if is_user and not previous:
+            first = line[5:].strip().split(" ")[0] if line[5:].strip() else ""
+            if not first.startswith("/") or first in ("/ask", "/code", "/architect"):
+                turns += 1
+        previous = is_user
+    return chats, turns
+
+
+def test_aider_chats_become_one_session_each(store: EventStore, tmp_path: Path) -> None:
+    assert detect_agent_format(AIDER) == "aider"
+    chats, turns = _aider_independent(AIDER)
+    done = import_transcript(store, AIDER)
+    assert len(done) == chats
+    prefix = done[0].key.rsplit("#", 1)[0]
+    assert [r.key for r in done] == [f"{prefix}#{n}" for n in range(1, chats + 1)]
+    assert all(r.parent_id is None for r in done)
+    users = [
+        s.event
+        for r in done
+        for s in store.read(r.session_id, kinds=["message"])
+        if s.event.role == "user"  # type: ignore[union-attr]
+    ]
+    assert len(users) == turns
+    assert [r.status for r in import_transcript(store, AIDER)] == ["up to date"] * chats
+    # A longer copy of the file (another path, so other keys) resumes the same way.
+    lines = AIDER.read_text(encoding="utf-8").splitlines(keepends=True)
+    copy = tmp_path / "project" / ".aider.chat.history.md"
+    copy.parent.mkdir()
+    copy.write_text("".join(lines[: len(lines) // 2]), encoding="utf-8")
+    first = import_transcript(store, copy)
+    copy.write_text("".join(lines), encoding="utf-8")
+    second = import_transcript(store, copy)
+    assert len(second) == chats and len(first) < chats
+    other = second[0].key.rsplit("#", 1)[0]
+    assert other != prefix and [r.key for r in second] == [
+        f"{other}#{n}" for n in range(1, chats + 1)
+    ]
+    # The same sessions as the whole file made at once.
+    assert [r.head_seq for r in second] == [r.head_seq for r in done]
+
+
+# Cline and Roo Code: no permissively licensed task was found, so these tasks are made here,
+# in the layout the extensions write (a folder per task, an API history, UI messages).
+
+
+def _task() -> list[dict[str, Any]]:
+    t = 1_735_000_000_000
+    return [
+        {"role": "user", "ts": t, "content": [
+            {"type": "text", "text": "<task>fix the bug</task>"},
+        ]},
+        {"role": "assistant", "ts": t + 1, "content": [
+            {"type": "text", "text": "Reading."},
+            {"type": "tool_use", "id": "toolu_1", "name": "read_file", "input": {"path": "a.py"}},
+        ]},
+        {"role": "user", "ts": t + 2, "content": [
+            {"type": "tool_result", "tool_use_id": "toolu_1", "content": "print(1)"},
+        ]},
+        {"role": "assistant", "ts": t + 3, "content": [{"type": "text", "text": "Found it."}]},
+        {"role": "user", "ts": t + 4, "content": [{"type": "text", "text": "go on"}]},
+        {"role": "assistant", "ts": t + 5, "content": [{"type": "text", "text": "Fixed."}]},
+    ]  # fmt: skip
+
+
+def test_a_roo_code_condense_becomes_one_condensation(store: EventStore, tmp_path: Path) -> None:
+    history = _task()
+    for msg in history[1:5]:
+        msg["condenseParent"] = "c-1"
+    summary = "## Summary\nThe bug is in a.py; the user asked to go on."
+    marker = {
+        "role": "assistant",
+        "ts": history[4]["ts"] + 1,
+        "isSummary": True,
+        "condenseId": "c-1",
+    }
+    history.insert(5, {**marker, "content": [{"type": "text", "text": summary}]})
+    history.append({"role": "user", "ts": history[-1]["ts"] + 1, "content": "thanks"})
+    folder = tmp_path / "tasks" / "task-roo-1"
+    folder.mkdir(parents=True)
+    (folder / "api_conversation_history.json").write_text(json.dumps(history))
+    [r] = import_transcript(store, folder / "api_conversation_history.json")
+    assert r.format == "cline" and r.key == "cline:task-roo-1" and r.condensations == 1
+    [cond] = [s for s in store.read(r.session_id) if isinstance(s.event, Condensation)]
+    assert cond.event.summary == summary
+    assert (cond.event.forgotten_from, cond.event.forgotten_to, cond.event.pinned) == (2, 5, [1])
+    texts = [i.message.text for i in store.view(r.session_id).items]
+    assert texts == ["<task>fix the bug</task>", "Fixed.", "thanks"]
+    assert [
+        x.status for x in import_transcript(store, folder / "api_conversation_history.json")
+    ] == ["up to date"]
+
+
+def test_a_cline_truncation_becomes_a_condensation_without_summary(
+    store: EventStore, tmp_path: Path
+) -> None:
+    history = _task()
+    folder = tmp_path / "tasks" / "task-cline-1"
+    folder.mkdir(parents=True)
+    (folder / "api_conversation_history.json").write_text(json.dumps(history))
+    ui = [
+        {"ts": 1, "type": "say", "say": "api_req_started", "conversationHistoryIndex": 3},
+        {"ts": 2, "type": "say", "say": "api_req_started", "conversationHistoryIndex": 4,
+         "conversationHistoryDeletedRange": [2, 3]},
+    ]  # fmt: skip
+    (folder / "ui_messages.json").write_text(json.dumps(ui))
+    [r] = import_transcript(store, folder / "api_conversation_history.json")
+    [cond] = [s for s in store.read(r.session_id) if isinstance(s.event, Condensation)]
+    assert cond.event.summary is None and cond.event.pinned == [1, 2]
+    assert (cond.event.forgotten_from, cond.event.forgotten_to) == (3, 4)
+    roles = [(i.message.role, i.message.text) for i in store.view(r.session_id).items]
+    assert roles == [
+        ("user", "<task>fix the bug</task>"),
+        ("assistant", "Reading."),
+        ("user", "go on"),
+        ("assistant", "Fixed."),
+    ]
+
+
+def _subagent_lines(session_id: str, agent: str) -> str:
+    """A Claude Code 2.x subagent transcript (``<session>/subagents/agent-<id>.jsonl``), made
+    here in that layout: sidechain records carrying the main session's id and the agent's."""
+    base = {"isSidechain": True, "sessionId": session_id, "agentId": agent}
+    records = [
+        {**base, "type": "user", "uuid": "s1", "parentUuid": None,
+         "timestamp": "2025-11-19T22:53:38Z",
+         "message": {"role": "user", "content": "Research it"}},
+        {**base, "type": "assistant", "uuid": "s2", "parentUuid": "s1",
+         "timestamp": "2025-11-19T22:53:39Z", "message": {"id": "msg_s", "role": "assistant",
+         "content": [{"type": "tool_use", "id": "toolu_sub", "name": "Grep", "input": {}}]}},
+        {**base, "type": "user", "uuid": "s3", "parentUuid": "s2",
+         "timestamp": "2025-11-19T22:53:40Z", "message": {"role": "user", "content": [
+             {"type": "tool_result", "tool_use_id": "toolu_sub", "content": "a.py:1"}]}},
+    ]  # fmt: skip
+    return "".join(json.dumps(r) + "\n" for r in records)
+
+
+def test_claude_code_2x_subagent_files_become_child_sessions(
+    store: EventStore, tmp_path: Path
+) -> None:
+    sid = "e9f146fa-3b20-48d0-9be4-d99ca901cae4"  # the session of CLAUDE
+    project = tmp_path / "projects" / "-home-me-app"
+    (project / sid / "subagents").mkdir(parents=True)
+    agent_file = project / sid / "subagents" / "agent-abc.jsonl"
+    agent_file.write_text(_subagent_lines(sid, "abc"))
+    # The subagent's file alone first: its main session is made, empty, to hang it from.
+    [main0, child0] = import_transcript(store, agent_file)
+    assert main0.key == f"claude-code:{sid}" and main0.head_seq == 0
+    assert child0.key == f"claude-code:{sid}/agent-abc" and child0.parent_id == main0.session_id
+    assert child0.events == 3
+    (project / f"{sid}.jsonl").write_bytes(CLAUDE.read_bytes())
+    runner = CliRunner()
+    result = runner.invoke(cli, ["--db", store.url, "--tenant", store.tenant, "import",
+                                 str(tmp_path / "projects"), "--json"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    rows = {(r["key"], r["status"]) for r in json.loads(result.stdout)}
+    assert (f"claude-code:{sid}", "updated") in rows
+    assert (f"claude-code:{sid}/agent-abc", "up to date") in rows
+    assert store.get_session_by_key(f"claude-code:{sid}").head_seq > 0
+    calls = imported_count(store, [child0.session_id])
+    assert calls["calls"] == calls["results"] == {"toolu_sub"}
+
+
+def test_a_line_only_the_standard_parser_takes_is_read_all_the_same(
+    store: EventStore, tmp_path: Path
+) -> None:
+    # A lone surrogate escape is valid JSON (a tool's undecodable output) that faster
+    # parsers refuse; the store keeps such text exactly.
+    line = (
+        r'{"type":"response_item","payload":{"type":"message","role":"user","content":"x \ud800"}}'
+    )
+    copy = tmp_path / "rollout.jsonl"
+    copy.write_text(CODEX.read_text(encoding="utf-8") + line + "\n", encoding="utf-8")
+    [r] = import_transcript(store, copy)
+    last = store.read_tail(r.session_id, 1)[0].event
+    assert isinstance(last, Message) and last.text == "x \ud800"
