@@ -124,9 +124,9 @@ _CAPABILITY = {
 def accepts(model: str, media_type: str) -> bool:
     """Whether ``model`` takes ``media_type`` as input, per litellm's model map. Unknown
     models and media types the map has no flag for are assumed to be accepted."""
-    from .models import _entry
+    from .models import model_entry
 
-    found = _entry(model)
+    found = model_entry(model)
     if found is None:
         return True
     for pattern, flag in _CAPABILITY.items():
@@ -138,9 +138,9 @@ def accepts(model: str, media_type: str) -> bool:
 def accepted_types(model: str) -> tuple[str, ...] | None:
     """The media patterns ``model`` accepts (for :attr:`ViewOptions.accepts`), or ``None``
     when the map does not describe the model (then nothing is filtered)."""
-    from .models import _entry
+    from .models import model_entry
 
-    found = _entry(model)
+    found = model_entry(model)
     if found is None:
         return None
     return tuple(p for p, flag in _CAPABILITY.items() if found[1].get(flag, False))

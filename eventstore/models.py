@@ -94,7 +94,7 @@ def _normal_index() -> dict[str, str]:
     return out
 
 
-def _entry(name: str) -> tuple[str, dict[str, Any]] | None:
+def model_entry(name: str) -> tuple[str, dict[str, Any]] | None:
     """The map entry for ``name``: exact, then without each provider prefix, then the
     entry whose name means the same model (litellm's name matching: routes, regions,
     hosted-copy prefixes and deployment versions aside), all without importing litellm."""
@@ -134,7 +134,7 @@ class ModelInfo:
         """The model's limits from the map, or ``None`` (no warning) when it is unknown."""
         if not isinstance(name, str) or not name:
             return None
-        found = _entry(name)
+        found = model_entry(name)
         window = (found[1].get("max_input_tokens") or found[1].get("max_tokens")) if found else 0
         if not window:
             return None
@@ -146,7 +146,7 @@ class ModelInfo:
         ``max_output_tokens``, ``provider``) win over the map."""
         if not isinstance(name, str) or not name:
             raise ConfigurationError(f"model: expected a model name, got {name!r}")
-        found = _entry(name)
+        found = model_entry(name)
         entry = found[1] if found else {}
         provider = entry.get("litellm_provider")
         if "/" in name and (provider is None or (found and not name.endswith(found[0]))):

@@ -509,7 +509,7 @@ def test_a_validator_or_constraint_turns_the_proof_off() -> None:
     class Checked(TextPart):
         @field_validator("text")
         @classmethod
-        def _short(cls, v: str) -> str:
+        def short_error(cls, v: str) -> str:
             return v
 
     class Bounded(TextPart):

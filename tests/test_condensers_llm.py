@@ -33,7 +33,7 @@ SIMPLE = [
 ]
 
 
-def _load(store: EventStore) -> tuple[str, int]:
+def load_file(store: EventStore) -> tuple[str, int]:
     if not SIMPLE:
         pytest.skip("SWE-agent corpus not present")
     messages = load_swe_agent(SIMPLE[0])
@@ -52,7 +52,7 @@ def sqlite_store(tmp_path, request) -> EventStore:  # type: ignore[no-untyped-de
 def test_summarizer_chunks_a_real_trajectory_through_the_model(
     smollm2: LocalModel, sqlite_store: EventStore
 ) -> None:
-    sid, _ = _load(sqlite_store)
+    sid, _ = load_file(sqlite_store)
     events = list(sqlite_store.read(sid))[2:]
     summarizer = LLMSummarizer(
         smollm2.model,
@@ -80,7 +80,7 @@ def test_summarizer_chunks_a_real_trajectory_through_the_model(
 def test_llm_condensation_of_a_real_trajectory(
     smollm2: LocalModel, sqlite_store: EventStore
 ) -> None:
-    sid, n = _load(sqlite_store)
+    sid, n = load_file(sqlite_store)
     cond = LLMSummaryCondenser(
         smollm2.model,
         api_base=smollm2.api_base,
@@ -112,7 +112,7 @@ def test_real_context_overflow_is_condensed_and_retried(
     smollm2: LocalModel, sqlite_store: EventStore
 ) -> None:
     litellm = import_litellm()
-    sid, n = _load(sqlite_store)
+    sid, n = load_file(sqlite_store)
     # Grow the view well past the server's 2048-token window with an older exchange (the
     # newest messages are always kept, so the bulk must be condensable).
     sqlite_store.append(

@@ -127,7 +127,7 @@ def _arguments(call: ToolCallPart) -> Any:
         return call.arguments
 
 
-def _paths_in_call(call: ToolCallPart) -> list[str]:
+def paths_in_call(call: ToolCallPart) -> list[str]:
     return list(dict.fromkeys(_paths_in_value(_arguments(call))))
 
 
@@ -468,7 +468,7 @@ class ExtractiveSummarizer:
                 if isinstance(part, ToolCallPart):
                     tools[part.name] += 1
                     commands.update(_call_commands(part))
-                    files.extend(f"- {p}" for p in _paths_in_call(part))
+                    files.extend(f"- {p}" for p in paths_in_call(part))
                 elif isinstance(part, ToolResultPart):
                     lines = _located(_error_lines(part.output), part.output)
                     if not lines and (part.is_error or part.state != "completed"):

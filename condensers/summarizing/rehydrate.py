@@ -25,7 +25,7 @@ from typing import Any
 from eventstore.events import Message, PartRef, ToolCallPart, ToolResultPart
 from eventstore.views import truncated_text
 
-from .extractive import _paths_in_call
+from .extractive import paths_in_call
 
 __all__ = ["HEADING", "FileEntry", "split", "section"]
 
@@ -132,7 +132,7 @@ def _latest(events: Sequence[Any], keep_chars: int) -> dict[str, FileEntry]:
             continue
         for idx, part in enumerate(msg.parts):
             if isinstance(part, ToolCallPart) and msg.role == "assistant":
-                paths = _paths_in_call(part)
+                paths = paths_in_call(part)
                 calls.pop(part.id, None)
                 if not paths:
                     continue

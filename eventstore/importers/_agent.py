@@ -29,7 +29,7 @@ try:  # the ``fast`` extra: parses a transcript's lines several times faster
     from orjson import loads as _fast_loads
 except ImportError:  # pragma: no cover - the environment decides
     _fast_loads = None  # type: ignore[assignment]
-from ._loading import _fail
+from ._loading import format_error
 
 SOURCE_KEY = "source"
 """Key of the source position: in ``Message.provider_metadata``, ``Custom.data`` and
@@ -207,7 +207,7 @@ def read_records(
     try:
         fp = p.open("rb")
     except OSError as exc:
-        raise _fail(str(p), f"cannot read: {exc.strerror or exc}") from None
+        raise format_error(str(p), f"cannot read: {exc.strerror or exc}") from None
     with fp:
         n = 0
         for raw in fp:
@@ -228,7 +228,7 @@ def read_records(
                 if not raw.endswith(b"\n"):
                     yield Torn(n)  # cut inside a character: the rest is still coming
                     return
-                raise _fail(
+                raise format_error(
                     f"{p}:{n}", f"not UTF-8 text ({exc.reason} at byte {exc.start})"
                 ) from None
             try:
@@ -253,7 +253,7 @@ def read_lines(
     try:
         fp = p.open("rb")
     except OSError as exc:
-        raise _fail(str(p), f"cannot read: {exc.strerror or exc}") from None
+        raise format_error(str(p), f"cannot read: {exc.strerror or exc}") from None
     with fp:
         for n, raw in enumerate(fp, start=1):
             if counter is not None:

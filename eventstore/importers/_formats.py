@@ -5,13 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from ._loading import ImportFormatError, Transcript, _fail, _load, _Loaded
-from .jsonl import EXPORT_FORMAT, _parse_export
-from .mini_swe_agent import _mini_transcript, looks_mini
-from .openai import _openai_transcript
-from .openhands import _looks_openhands, _openhands_transcripts
-from .openhands_v1 import _v1_transcripts, looks_v1
-from .swe_agent import _swe_agent_transcript
+from ._loading import ImportFormatError, LoadedFile, Transcript, format_error, load_file
+from .jsonl import EXPORT_FORMAT, parse_export
+from .mini_swe_agent import looks_mini, mini_transcript
+from .openai import openai_transcript
+from .openhands import looks_openhands, openhands_transcripts
+from .openhands_v1 import looks_v1, v1_transcripts
+from .swe_agent import swe_agent_transcript
 
 Format = Literal[
     "eventstore",
@@ -31,7 +31,7 @@ FILE_FORMATS = ("eventstore", "openai", "swe-agent", "openhands", "openhands-v1"
 """Formats imported whole, as new sessions."""
 
 
-def _detect(loaded: _Loaded) -> Format:
+def _detect(loaded: LoadedFile) -> Format:
     data = loaded.data
     if looks_v1(loaded):
         return "openhands-v1"
@@ -43,20 +43,22 @@ def _detect(loaded: _Loaded) -> Format:
             return "openhands"
         if isinstance(first, dict) and "role" in first:
             return "openai"
-        raise _fail(f"{loaded.path}:{data[0][0]}", "unrecognized JSONL record " + _keys(first))
+        raise format_error(
+            f"{loaded.path}:{data[0][0]}", "unrecognized JSONL record " + _keys(first)
+        )
     if isinstance(data, dict):
         if data.get("format") == EXPORT_FORMAT:
             return "eventstore"
         if isinstance(data.get("history"), list):
-            return "openhands" if _looks_openhands(data["history"]) else "swe-agent"
+            return "openhands" if looks_openhands(data["history"]) else "swe-agent"
         if isinstance(data.get("messages"), list):
             return "mini-swe-agent" if looks_mini(data) else "openai"
-        raise _fail(loaded.path, "unrecognized JSON object " + _keys(data))
+        raise format_error(loaded.path, "unrecognized JSON object " + _keys(data))
     if isinstance(data, list):
-        if _looks_openhands(data):
+        if looks_openhands(data):
             return "openhands"
         return "mini-swe-agent" if looks_mini(data) else "openai"
-    raise _fail(loaded.path, f"expected a JSON list or object, got {type(data).__name__}")
+    raise format_error(loaded.path, f"expected a JSON list or object, got {type(data).__name__}")
 
 
 def _keys(value: Any) -> str:
@@ -78,7 +80,7 @@ def detect_format(path: str | Path) -> Format:
     if agent is not None:
         return agent  # type: ignore[return-value]
     try:
-        return _detect(_load(path))
+        return _detect(load_file(path))
     except ImportFormatError as exc:
         tried = ", ".join([*AGENT_FORMATS, *FILE_FORMATS])
         raise ImportFormatError(f"{exc} (formats tried: {tried}; pass --format)") from None
@@ -99,17 +101,17 @@ def load_transcripts(path: str | Path, format: Format | None = None) -> list[Tra
         from ._keyed import convert_transcript
 
         return convert_transcript(path, fmt)
-    loaded = _load(path)
+    loaded = load_file(path)
     if fmt == "eventstore":
-        return [_parse_export(loaded)]
+        return [parse_export(loaded)]
     if fmt == "openai":
-        return [_openai_transcript(loaded)]
+        return [openai_transcript(loaded)]
     if fmt == "swe-agent":
-        return [_swe_agent_transcript(loaded)]
+        return [swe_agent_transcript(loaded)]
     if fmt == "openhands":
-        return _openhands_transcripts(loaded)
+        return openhands_transcripts(loaded)
     if fmt == "openhands-v1":
-        return _v1_transcripts(loaded)
+        return v1_transcripts(loaded)
     if fmt == "mini-swe-agent":
-        return [_mini_transcript(loaded)]
+        return [mini_transcript(loaded)]
     raise ImportFormatError(f"{loaded.path}: unknown format {fmt!r}")

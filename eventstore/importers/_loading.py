@@ -1,6 +1,6 @@
 """Reading import files: the types every format converts into, and JSON/JSONL parsing.
 
-A file is read whole and parsed once into a :class:`_Loaded`; the format modules convert
+A file is read whole and parsed once into a :class:`LoadedFile`; the format modules convert
 that into :class:`Transcript` objects. Every problem becomes an :class:`ImportFormatError`
 whose message starts with the file and the line or record, so nothing is written.
 """
@@ -43,38 +43,38 @@ class Transcript:
 
 
 @dataclass
-class _Loaded:
+class LoadedFile:
     path: str
     data: Any  # the parsed JSON document, or for JSONL a list of (line number, value)
     jsonl: bool
 
 
-def _fail(where: str, msg: str) -> ImportFormatError:
+def format_error(where: str, msg: str) -> ImportFormatError:
     return ImportFormatError(f"{where}: {msg}")
 
 
-def _load(path: str | Path) -> _Loaded:
+def load_file(path: str | Path) -> LoadedFile:
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
-        raise _fail(str(p), f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+        raise format_error(str(p), f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     except OSError as exc:
-        raise _fail(str(p), f"cannot read: {exc.strerror or exc}") from None
-    return _parse_text(text, str(p))
+        raise format_error(str(p), f"cannot read: {exc.strerror or exc}") from None
+    return parse_text(text, str(p))
 
 
-def _parse_text(text: str, where: str) -> _Loaded:
+def parse_text(text: str, where: str) -> LoadedFile:
     if not text.strip():
-        raise _fail(where, "the file is empty")
+        raise format_error(where, "the file is empty")
     try:
-        return _Loaded(where, json.loads(text), jsonl=False)
+        return LoadedFile(where, json.loads(text), jsonl=False)
     except json.JSONDecodeError as whole:
         lines = text.splitlines()
         first = next((ln for ln in lines if ln.strip()), "")
         if len([ln for ln in lines if ln.strip()]) > 1 and _is_json(first):
-            return _Loaded(where, _jsonl_records(lines, where), jsonl=True)
-        raise _fail(
+            return LoadedFile(where, _jsonl_records(lines, where), jsonl=True)
+        raise format_error(
             f"{where}:{whole.lineno}", f"invalid JSON at column {whole.colno}: {whole.msg}"
         ) from None
 
@@ -95,11 +95,13 @@ def _jsonl_records(lines: list[str], where: str) -> list[tuple[int, Any]]:
         try:
             out.append((n, json.loads(line)))
         except json.JSONDecodeError as exc:
-            raise _fail(f"{where}:{n}", f"invalid JSON at column {exc.colno}: {exc.msg}") from None
+            raise format_error(
+                f"{where}:{n}", f"invalid JSON at column {exc.colno}: {exc.msg}"
+            ) from None
     return out
 
 
-def _short(exc: Exception) -> str:
+def short_error(exc: Exception) -> str:
     if isinstance(exc, ValidationError):
         err = exc.errors()[0]
         return f"{'.'.join(str(x) for x in err['loc'])}: {err['msg']}"

@@ -28,8 +28,8 @@ from ..events import Condensation, Message, Prune, ToolResultPart
 from ..records import Session
 from ..store import EventStore
 from ._formats import Format, detect_format, load_transcripts
-from ._loading import ImportFormatError, Transcript, _parse_text
-from .jsonl import _parse_export
+from ._loading import ImportFormatError, Transcript, parse_text
+from .jsonl import parse_export
 
 Progress = Callable[[int, int], None]
 """Called with ``(events_done, events_total)`` after every appended batch."""
@@ -292,8 +292,8 @@ def import_jsonl(
             written.
     """
     where = getattr(fp, "name", None) or "<export>"
-    loaded = _parse_text(fp.read(), str(where))
-    transcript = _parse_export(loaded)
+    loaded = parse_text(fp.read(), str(where))
+    transcript = parse_export(loaded)
     if new_ids:
         transcript = _renumber(transcript)
     if new_id:

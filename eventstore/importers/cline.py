@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from ..events import Condensation
-from ._loading import _fail
+from ._loading import format_error
 from .claude_code import ClaudeCode
 
 FORMAT = "cline"
@@ -50,9 +50,11 @@ def history_records(path: str | Path) -> Iterator[tuple[int, Any]]:
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise _fail(str(path), f"cannot read a Cline task history: {exc}") from None
+        raise format_error(str(path), f"cannot read a Cline task history: {exc}") from None
     if not isinstance(data, list):
-        raise _fail(str(path), f"expected a JSON list of messages, got {type(data).__name__}")
+        raise format_error(
+            str(path), f"expected a JSON list of messages, got {type(data).__name__}"
+        )
     yield from enumerate(data, start=1)
 
 

@@ -25,7 +25,7 @@ from typing import Any
 
 from ..events import Message, Part, ReasoningPart, TextPart, ToolCallPart, ToolResultPart
 from ._agent import Converter, InvalidLine, parse_when, short_title, text_of
-from ._loading import _fail
+from ._loading import format_error
 
 FORMAT = "gemini-cli"
 
@@ -49,9 +49,9 @@ def json_session_records(path: str | Path) -> Iterator[tuple[int, Any]]:
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise _fail(str(path), f"cannot read a Gemini CLI session: {exc}") from None
+        raise format_error(str(path), f"cannot read a Gemini CLI session: {exc}") from None
     if not (looks_gemini_header(data) and isinstance(data.get("messages"), list)):
-        raise _fail(str(path), "expected a Gemini CLI session with sessionId and messages")
+        raise format_error(str(path), "expected a Gemini CLI session with sessionId and messages")
     yield 1, {k: v for k, v in data.items() if k != "messages"}
     yield from enumerate(data["messages"], start=2)
 

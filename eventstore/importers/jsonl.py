@@ -16,7 +16,7 @@ from pydantic import ValidationError
 from ..codec import chain_hash, encode_event
 from ..events import EVENT_ADAPTER, Event
 from ..store import EventStore
-from ._loading import Transcript, _fail, _Loaded, _short
+from ._loading import LoadedFile, Transcript, format_error, short_error
 
 EXPORT_FORMAT = "agent-eventstore/v1"
 """Value of ``format`` in the header line of an export."""
@@ -51,15 +51,15 @@ def export_jsonl(store: EventStore, session_id: str, fp: IO[str]) -> int:
     return count
 
 
-def _parse_export(loaded: _Loaded) -> Transcript:
+def parse_export(loaded: LoadedFile) -> Transcript:
     path = loaded.path
     records = loaded.data if loaded.jsonl else [(1, loaded.data)]
     n, header = records[0]
     if not isinstance(header, dict) or header.get("format") != EXPORT_FORMAT:
-        raise _fail(f"{path}:{n}", f"expected a header with format {EXPORT_FORMAT!r}")
+        raise format_error(f"{path}:{n}", f"expected a header with format {EXPORT_FORMAT!r}")
     sess = header.get("session")
     if not isinstance(sess, dict):
-        raise _fail(f"{path}:{n}", "header.session: expected an object")
+        raise format_error(f"{path}:{n}", "header.session: expected an object")
     events: list[Event] = []
     hashes: list[str] = []
     sizes: list[int] = []
@@ -88,26 +88,28 @@ def _parse_export(loaded: _Loaded) -> Transcript:
 
 def _export_line(line: Any, seq: int, prev: str | None, where: str) -> tuple[Event, str, int]:
     if not isinstance(line, dict):
-        raise _fail(where, f"expected an event object, got {type(line).__name__}")
+        raise format_error(where, f"expected an event object, got {type(line).__name__}")
     for key, typ in (("seq", int), ("id", str), ("kind", str), ("created_at", str), ("hash", str)):
         if not isinstance(line.get(key), typ):
-            raise _fail(where, f"{key}: missing or not a {typ.__name__}")
+            raise format_error(where, f"{key}: missing or not a {typ.__name__}")
     if line["seq"] != seq:
-        raise _fail(where, f"seq: expected {seq} (events must be gapless), got {line['seq']}")
+        raise format_error(
+            where, f"seq: expected {seq} (events must be gapless), got {line['seq']}"
+        )
     payload = line.get("payload")
     if not isinstance(payload, dict):
-        raise _fail(where, "payload: missing or not an object")
+        raise format_error(where, "payload: missing or not an object")
     data = {**payload, "id": line["id"], "kind": line["kind"], "created_at": line["created_at"]}
     try:
         event = EVENT_ADAPTER.validate_python(data)
     except ValidationError as exc:
-        raise _fail(where, f"payload.{_short(exc)}") from None
+        raise format_error(where, f"payload.{short_error(exc)}") from None
     if event.created_at is None or event.id is None:
-        raise _fail(where, "id and created_at: required on every exported event")
+        raise format_error(where, "id and created_at: required on every exported event")
     encoded = encode_event(event)
     digest = chain_hash(prev, seq, event.id, event.kind, event.created_at, encoded)
     if digest != line["hash"]:
-        raise _fail(
+        raise format_error(
             where,
             f"hash mismatch for seq {seq}: the file says {line['hash'][:16]}..., the event "
             f"hashes to {digest[:16]}... (the line was edited, or an earlier one was)",

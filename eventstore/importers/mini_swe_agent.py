@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from ..events import Custom, Event
-from ._loading import Transcript, _fail, _Loaded
+from ._loading import LoadedFile, Transcript, format_error
 from ._textmode import pair_actions
-from .openai import _convert_message
+from .openai import convert_message
 
 _FENCE = re.compile(r"```(?:bash|sh|mswea_bash_command)\s*\n(.*?)\n```", re.S)
 RUN_END = "run_end"
@@ -65,29 +65,31 @@ def _is_observation(raw: dict[str, Any]) -> bool:
     return isinstance(content, str) and content.lstrip().startswith("<returncode>")
 
 
-def _mini_transcript(loaded: _Loaded) -> Transcript:
+def mini_transcript(loaded: LoadedFile) -> Transcript:
     path, data = loaded.path, loaded.data
     meta: dict[str, Any] = {"import": {"format": "mini-swe-agent", "file": Path(path).name}}
     if isinstance(data, dict):
         if not isinstance(data.get("messages"), list):
-            raise _fail(path, "a mini-swe-agent run is an object with a `messages` list")
+            raise format_error(path, "a mini-swe-agent run is an object with a `messages` list")
         meta.update({k: v for k, v in data.items() if k != "messages"})
         records = data["messages"]
     elif isinstance(data, list):
         records = data
     else:
-        raise _fail(path, f"expected a run object or a message list, got {type(data).__name__}")
+        raise format_error(
+            path, f"expected a run object or a message list, got {type(data).__name__}"
+        )
     paired = pair_actions(records, _action, _is_observation, "bash")
     events: list[Event] = []
     for i, raw in enumerate(paired):
         where = f"{path}: messages[{i}]"
         if not isinstance(raw, dict):
-            raise _fail(where, f"expected a message object, got {type(raw).__name__}")
+            raise format_error(where, f"expected a message object, got {type(raw).__name__}")
         if raw.get("role") == "exit":
             data_ = {k: v for k, v in raw.items() if k != "role"}
             events.append(Custom(name=RUN_END, data=data_))
             continue
-        events.append(_convert_message(raw, where))
+        events.append(convert_message(raw, where))
     info = meta.get("info")
     title = Path(path).name.removesuffix(".json").removesuffix(".traj")
     if isinstance(info, dict) and info.get("exit_status"):

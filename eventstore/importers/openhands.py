@@ -16,7 +16,7 @@ from typing import Any, Literal
 from pydantic import ValidationError
 
 from ..events import Custom, Event, FilePart, Message, Part, TextPart, ToolCallPart, ToolResultPart
-from ._loading import ImportFormatError, Transcript, _fail, _Loaded, _short
+from ._loading import ImportFormatError, LoadedFile, Transcript, format_error, short_error
 
 # Actions that are tools the model called; without tool_call_metadata (older output) they
 # still pair with the observation that follows them.
@@ -42,15 +42,15 @@ def parse_time(ts: Any, where: str) -> datetime | None:
     if ts is None:
         return None
     if not isinstance(ts, str):
-        raise _fail(where, f"timestamp: expected a string, got {type(ts).__name__}")
+        raise format_error(where, f"timestamp: expected a string, got {type(ts).__name__}")
     try:
         value = datetime.fromisoformat(ts)
     except ValueError:
-        raise _fail(where, f"timestamp: not an ISO date {ts!r}") from None
+        raise format_error(where, f"timestamp: not an ISO date {ts!r}") from None
     return value if value.tzinfo else value.replace(tzinfo=UTC)
 
 
-def _looks_openhands(items: list[Any]) -> bool:
+def looks_openhands(items: list[Any]) -> bool:
     for item in items[:5]:
         if isinstance(item, dict):
             if "role" in item:
@@ -60,7 +60,7 @@ def _looks_openhands(items: list[Any]) -> bool:
     return False
 
 
-def _openhands_transcripts(loaded: _Loaded) -> list[Transcript]:
+def openhands_transcripts(loaded: LoadedFile) -> list[Transcript]:
     path, data = loaded.path, loaded.data
     name = Path(path).name
     if loaded.jsonl:
@@ -68,7 +68,7 @@ def _openhands_transcripts(loaded: _Loaded) -> list[Transcript]:
         for n, run in data:
             where = f"{path}:{n}"
             if not isinstance(run, dict) or not isinstance(run.get("history"), list):
-                raise _fail(where, "expected a run object with a `history` list")
+                raise format_error(where, "expected a run object with a `history` list")
             meta = {k: v for k, v in run.items() if k != "history"}
             meta["import"] = {"format": "openhands", "file": name, "line": n}
             events = _OpenHands(where).convert(run["history"])
@@ -83,7 +83,7 @@ def _openhands_transcripts(loaded: _Loaded) -> list[Transcript]:
     else:
         meta, history, title = {}, data, name
     if not isinstance(history, list):
-        raise _fail(path, "expected a list of OpenHands events")
+        raise format_error(path, "expected a list of OpenHands events")
     meta["import"] = {"format": "openhands", "file": name}
     return [Transcript(events=_OpenHands(path).convert(history), title=title, metadata=meta)]
 
@@ -112,18 +112,18 @@ class _OpenHands:
         for i, raw in enumerate(history):
             where = f"{self.where}: history[{i}]"
             if not isinstance(raw, dict):
-                raise _fail(where, f"expected an event object, got {type(raw).__name__}")
+                raise format_error(where, f"expected an event object, got {type(raw).__name__}")
             try:
                 if isinstance(raw.get("action"), str):
                     self._action(raw, i, where)
                 elif isinstance(raw.get("observation"), str):
                     self._observation(raw, where)
                 else:
-                    raise _fail(where, "an event needs an `action` or `observation` string")
+                    raise format_error(where, "an event needs an `action` or `observation` string")
             except (ValidationError, TypeError, ValueError) as exc:
                 if isinstance(exc, ImportFormatError):
                     raise
-                raise _fail(where, _short(exc)) from None
+                raise format_error(where, short_error(exc)) from None
         return self.events
 
     # -- helpers
@@ -173,7 +173,9 @@ class _OpenHands:
             source = "agent" if args.get("wait_for_response") else "user"
         content = args.get("content", raw.get("message", ""))
         if not isinstance(content, str):
-            raise _fail(where, f"args.content: expected a string, got {type(content).__name__}")
+            raise format_error(
+                where, f"args.content: expected a string, got {type(content).__name__}"
+            )
         parts: list[Part] = [TextPart(text=content)] if content else []
         urls = args.get("image_urls") or args.get("images_urls") or []
         if isinstance(urls, list):
@@ -195,7 +197,7 @@ class _OpenHands:
         if tcm is not None:
             call_id, name = tcm.get("tool_call_id"), tcm.get("function_name")
             if not isinstance(call_id, str) or not isinstance(name, str):
-                raise _fail(where, "tool_call_metadata needs tool_call_id and function_name")
+                raise format_error(where, "tool_call_metadata needs tool_call_id and function_name")
             mr = tcm.get("model_response")
             response = mr if isinstance(mr, dict) else {}
         else:
@@ -241,7 +243,7 @@ class _OpenHands:
             return
         content = raw.get("content", "")
         if not isinstance(content, str):
-            raise _fail(where, f"content: expected a string, got {type(content).__name__}")
+            raise format_error(where, f"content: expected a string, got {type(content).__name__}")
         name = self.pending.pop(call_id)
         if self.last_call == call_id:
             self.last_call = None

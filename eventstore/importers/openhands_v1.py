@@ -30,7 +30,7 @@ from ..events import (
     ToolCallPart,
     ToolResultPart,
 )
-from ._loading import Transcript, _fail, _Loaded
+from ._loading import LoadedFile, Transcript, format_error
 from .openhands import parse_time
 
 _RESULT_KINDS = {"ObservationEvent", "AgentErrorEvent", "UserRejectObservation"}
@@ -45,7 +45,7 @@ def _is_v1_event(item: Any) -> bool:
     )
 
 
-def looks_v1(loaded: _Loaded) -> bool:
+def looks_v1(loaded: LoadedFile) -> bool:
     """Whether the file holds V1 events (directly, or in runs' ``history`` lists)."""
     data = loaded.data
     items = [v for _, v in data] if loaded.jsonl else data
@@ -59,7 +59,7 @@ def looks_v1(loaded: _Loaded) -> bool:
     return any(_is_v1_event(x) for x in items[:5])
 
 
-def _v1_transcripts(loaded: _Loaded) -> list[Transcript]:
+def v1_transcripts(loaded: LoadedFile) -> list[Transcript]:
     path, data = loaded.path, loaded.data
     name = Path(path).name
     if loaded.jsonl:
@@ -71,11 +71,11 @@ def _v1_transcripts(loaded: _Loaded) -> list[Transcript]:
             meta = {k: v for k, v in data.items() if k != "events"}
             return [_transcript(data["events"], path, name, meta)]
         else:
-            raise _fail(path, "expected an `events` or `history` list of V1 events")
+            raise format_error(path, "expected an `events` or `history` list of V1 events")
     elif isinstance(data, list):
         records = [(f"{path}: item {i}", v) for i, v in enumerate(data)]
     else:
-        raise _fail(path, f"expected a JSON list or object, got {type(data).__name__}")
+        raise format_error(path, f"expected a JSON list or object, got {type(data).__name__}")
     runs = [
         (w, v) for w, v in records if isinstance(v, dict) and isinstance(v.get("history"), list)
     ]
@@ -83,7 +83,7 @@ def _v1_transcripts(loaded: _Loaded) -> list[Transcript]:
         return [_transcript([v for _, v in records], path, name, {})]
     if len(runs) != len(records):
         where = next(w for w, v in records if (w, v) not in runs)
-        raise _fail(where, "history: every run record of evaluation output needs one")
+        raise format_error(where, "history: every run record of evaluation output needs one")
     out = []
     for where, run in runs:
         meta = {k: v for k, v in run.items() if k != "history"}
@@ -94,7 +94,7 @@ def _v1_transcripts(loaded: _Loaded) -> list[Transcript]:
 
 def _transcript(events: Any, where: str, title: str, meta: dict[str, Any]) -> Transcript:
     if not isinstance(events, list):
-        raise _fail(where, "expected a list of V1 events")
+        raise format_error(where, "expected a list of V1 events")
     meta = {**meta, "import": {"format": "openhands-v1", "file": Path(where).name}}
     return Transcript(events=_Convert(where).run(events), title=title, metadata=meta)
 
@@ -120,10 +120,10 @@ class _Convert:
         for i, raw in enumerate(events):
             where = f"{self.where}: event {i}"
             if not isinstance(raw, dict):
-                raise _fail(where, f"expected an event object, got {type(raw).__name__}")
+                raise format_error(where, f"expected an event object, got {type(raw).__name__}")
             kind = raw.get("kind")
             if not isinstance(kind, str):
-                raise _fail(where, "kind: missing (a V1 event names its kind)")
+                raise format_error(where, "kind: missing (a V1 event names its kind)")
             when = parse_time(raw.get("timestamp"), where)
             if kind == "ActionEvent":
                 self._action(raw, when, where)
@@ -150,10 +150,12 @@ class _Convert:
     def _message(self, raw: dict[str, Any], when: datetime | None, where: str) -> None:
         llm = raw.get("llm_message")
         if not isinstance(llm, dict):
-            raise _fail(where, "llm_message: a MessageEvent needs its chat message")
+            raise format_error(where, "llm_message: a MessageEvent needs its chat message")
         role = llm.get("role") or ("user" if raw.get("source") == "user" else "assistant")
         if role not in ("system", "user", "assistant"):
-            raise _fail(where, f"llm_message.role: expected system/user/assistant, got {role!r}")
+            raise format_error(
+                where, f"llm_message.role: expected system/user/assistant, got {role!r}"
+            )
         parts: list[Part] = []
         if llm.get("reasoning_content"):
             parts.append(ReasoningPart(text=str(llm["reasoning_content"])))
@@ -163,11 +165,11 @@ class _Convert:
     def _action(self, raw: dict[str, Any], when: datetime | None, where: str) -> None:
         call = raw.get("tool_call")
         if not isinstance(call, dict):
-            raise _fail(where, "tool_call: an ActionEvent needs its tool call")
+            raise format_error(where, "tool_call: an ActionEvent needs its tool call")
         call_id = call.get("id") or raw.get("tool_call_id")
         name = call.get("name") or raw.get("tool_name")
         if not isinstance(call_id, str) or not isinstance(name, str):
-            raise _fail(where, "tool_call.id/name: missing")
+            raise format_error(where, "tool_call.id/name: missing")
         args = call.get("arguments", "")
         part = ToolCallPart(
             id=call_id, name=name, arguments=args if isinstance(args, str) else json.dumps(args)
@@ -190,7 +192,7 @@ class _Convert:
     def _result(self, raw: dict[str, Any], kind: str, when: datetime | None, where: str) -> None:
         call_id, name = raw.get("tool_call_id"), raw.get("tool_name")
         if not isinstance(call_id, str):
-            raise _fail(where, f"tool_call_id: a {kind} answers a tool call")
+            raise format_error(where, f"tool_call_id: a {kind} answers a tool call")
         error = False
         if kind == "AgentErrorEvent":
             output, error = str(raw.get("error", "")), True
@@ -199,7 +201,7 @@ class _Convert:
         else:
             obs = raw.get("observation")
             if not isinstance(obs, dict):
-                raise _fail(where, "observation: an ObservationEvent needs its observation")
+                raise format_error(where, "observation: an ObservationEvent needs its observation")
             output = _text(obs.get("content")) or _text(obs.get("output"))
             if not output:
                 output = json.dumps({k: v for k, v in obs.items() if k != "kind"})

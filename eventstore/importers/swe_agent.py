@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from ..events import Event
-from ._loading import Transcript, _fail, _Loaded
+from ._loading import LoadedFile, Transcript, format_error
 from ._textmode import pair_actions
-from .openai import _convert_message
+from .openai import convert_message
 
 
 def _action(raw: dict[str, Any]) -> str | None:
@@ -27,17 +27,17 @@ def _is_observation(raw: dict[str, Any]) -> bool:
     return raw.get("message_type") in (None, "observation")
 
 
-def _swe_agent_transcript(loaded: _Loaded) -> Transcript:
+def swe_agent_transcript(loaded: LoadedFile) -> Transcript:
     path, data = loaded.path, loaded.data
     if loaded.jsonl or not isinstance(data, dict) or not isinstance(data.get("history"), list):
-        raise _fail(path, "a SWE-agent trajectory is a JSON object with a `history` list")
+        raise format_error(path, "a SWE-agent trajectory is a JSON object with a `history` list")
     events: list[Event] = []
     history = pair_actions(data["history"], _action, _is_observation, None)
     for i, raw in enumerate(history):
         where = f"{path}: history[{i}]"
         if not isinstance(raw, dict):
-            raise _fail(where, f"expected a message object, got {type(raw).__name__}")
-        events.extend(_convert_message(m, where) for m in _split_swe_tool(raw, where))
+            raise format_error(where, f"expected a message object, got {type(raw).__name__}")
+        events.extend(convert_message(m, where) for m in _split_swe_tool(raw, where))
     meta: dict[str, Any] = {"import": {"format": "swe-agent", "file": Path(path).name}}
     for key in ("environment", "info", "replay_config"):
         if key in data:
@@ -53,6 +53,6 @@ def _split_swe_tool(raw: dict[str, Any], where: str) -> list[dict[str, Any]]:
         return [raw]
     ids = raw.get("tool_call_ids")
     if not isinstance(ids, list) or not ids or not all(isinstance(x, str) for x in ids):
-        raise _fail(where, "tool message without `tool_call_id` or a `tool_call_ids` list")
+        raise format_error(where, "tool message without `tool_call_id` or a `tool_call_ids` list")
     base = {k: v for k, v in raw.items() if k != "tool_call_ids"}
     return [{**base, "tool_call_id": call_id} for call_id in ids]
