@@ -105,9 +105,9 @@ def model_entry(name: str) -> tuple[str, dict[str, Any]] | None:
         entry = _registered(key) or model_map().get(key)
         if entry is not None:
             return key, entry
-    key = _normal_index().get(_normal(name))
-    if key is not None:
-        return key, model_map()[key]
+    same = _normal_index().get(_normal(name))
+    if same is not None:
+        return same, model_map()[same]
     return None
 
 
