@@ -12,5 +12,11 @@ Import the one you use; nothing here is imported by ``import eventstore``:
   session (``pip install "agent-eventstore[openai-agents]"``);
 * :mod:`eventstore.adapters.pydantic_ai`:
   :class:`~eventstore.adapters.pydantic_ai.EventStoreConversationStore`, a pydantic-ai
-  conversation store (``pip install "agent-eventstore[pydantic-ai]"``).
+  conversation store (``pip install "agent-eventstore[pydantic-ai]"``);
+* :mod:`eventstore.adapters.langgraph`:
+  :class:`~eventstore.adapters.langgraph.EventStoreSaver`, a LangGraph checkpointer that
+  stores each step's change (``pip install "agent-eventstore[langgraph]"``);
+* :mod:`eventstore.adapters.strands`:
+  :class:`~eventstore.adapters.strands.EventStoreSessionRepository`, a Strands Agents
+  session repository (``pip install "agent-eventstore[strands]"``).
 """
