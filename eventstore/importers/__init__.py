@@ -43,7 +43,7 @@ from __future__ import annotations
 from ._formats import Format, detect_format, load_transcripts
 from ._loading import ImportFormatError, Transcript
 from ._writer import Progress, import_file, import_jsonl, import_transcripts
-from .jsonl import EXPORT_FORMAT, export_jsonl
+from .jsonl import EXPORT_FORMAT, export_jsonl, export_lines
 
 __all__ = [
     "EXPORT_FORMAT",
@@ -53,6 +53,7 @@ __all__ = [
     "Transcript",
     "detect_format",
     "export_jsonl",
+    "export_lines",
     "import_file",
     "import_jsonl",
     "import_transcripts",

@@ -9,6 +9,7 @@ written (the chain does not include the session id, so it survives a new session
 from __future__ import annotations
 
 import json
+from collections.abc import Generator
 from typing import IO, Any
 
 from pydantic import ValidationError
@@ -32,10 +33,19 @@ def export_jsonl(store: EventStore, session_id: str, fp: IO[str]) -> int:
     Returns:
         The number of events written.
     """
+    count = -1  # the header is not an event
+    for line in export_lines(store, session_id):
+        fp.write(line)
+        count += 1
+    return count
+
+
+def export_lines(store: EventStore, session_id: str) -> Generator[str, None, None]:
+    """The lines :func:`export_jsonl` writes (each ending in a newline), pulled one at a
+    time: a caller that stops pulling (a cancelled download) leaves nothing running."""
     session = store.get_session(session_id)
     header = {"format": EXPORT_FORMAT, "session": session.model_dump(mode="json")}
-    fp.write(json.dumps(header, ensure_ascii=True) + "\n")
-    count = 0
+    yield json.dumps(header, ensure_ascii=True) + "\n"
     for stored in store.read(session_id):
         line = {
             "seq": stored.seq,
@@ -46,9 +56,7 @@ def export_jsonl(store: EventStore, session_id: str, fp: IO[str]) -> int:
             "payload": EVENT_ADAPTER.dump_python(stored.event, mode="json", exclude_none=True),
         }
         # ensure_ascii keeps lone surrogates (undecodable tool output) writable as UTF-8.
-        fp.write(json.dumps(line, ensure_ascii=True) + "\n")
-        count += 1
-    return count
+        yield json.dumps(line, ensure_ascii=True) + "\n"
 
 
 def _parse_export(loaded: _Loaded) -> Transcript:
