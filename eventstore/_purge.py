@@ -29,8 +29,9 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import select, text, update
 from sqlalchemy.engine import Connection
+from sqlalchemy.exc import DBAPIError
 
-from . import _bulk, _sql
+from . import _bulk, _search, _sql
 from .codec import blob_refs, check_text, decode_event, encode, encode_event
 from .distribution import is_distributed
 from .errors import InvalidEventError
@@ -218,6 +219,12 @@ def purge_rows(
     counter: TokenCounter,
 ) -> tuple[int, Purge | None, int, str | None]:
     """The purge itself; returns (record seq or 0, record, new head, new head hash)."""
+    # Before anything is read: an indexer that read a payload this purge erases commits
+    # its words first (and the purge deletes them), or reads the erased payload after.
+    _search.index_lock(conn, tenant)
+    if conn.dialect.name == "sqlite":
+        # Pages the purge frees or rewrites are zeroed, not left holding the old content.
+        conn.exec_driver_sql("PRAGMA secure_delete = ON")
     segments, head = _sql.lineage_and_head(conn, tenant, session_id, include_deleted=True)
     lock = select(sessions.c.head_seq, sessions.c.head_hash).where(sessions.c.id == session_id)
     if conn.dialect.name == "postgresql":
@@ -283,7 +290,23 @@ def purge_rows(
 
 
 def _forget_search(conn: Connection, session_id: str, seqs: list[int]) -> None:
-    table = "search_docs" if conn.dialect.name == "postgresql" else "search_fts"
+    """Delete the purged events' search documents so that no trace of their words stays
+    in the index. FTS5 deletes by appending delete markers to new segments, leaving the
+    words in the old ones until a merge: where SQLite has FTS5's ``secure-delete`` option
+    (3.42+) it is turned on first, so the deletes remove the words from the segments;
+    elsewhere the index is merged into one segment afterwards (``optimize``). Freed pages
+    are zeroed (``secure_delete``, set for the purge's connection by :func:`purge_rows`)."""
+    pg = conn.dialect.name == "postgresql"
+    table = "search_docs" if pg else "search_fts"
+    merge = False
+    if not pg:
+        try:
+            with conn.begin_nested():
+                conn.execute(
+                    text("INSERT INTO search_fts(search_fts, rank) VALUES ('secure-delete', 1)")
+                )
+        except DBAPIError:  # an SQLite before 3.42
+            merge = True
     for i in range(0, len(seqs), 500):
         chunk = seqs[i : i + 500]
         marks = ", ".join(f":s{j}" for j in range(len(chunk)))
@@ -291,6 +314,8 @@ def _forget_search(conn: Connection, session_id: str, seqs: list[int]) -> None:
             text(f"DELETE FROM {table} WHERE session_id = :sid AND seq IN ({marks})"),
             {"sid": session_id, **{f"s{j}": s for j, s in enumerate(chunk)}},
         )
+    if merge:
+        conn.execute(text("INSERT INTO search_fts(search_fts) VALUES ('optimize')"))
 
 
 def _forget_blobs(conn: Connection, tenant: str, refs: set[str]) -> None:
