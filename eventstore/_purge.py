@@ -1,7 +1,9 @@
 """Purging content for retention and erasure, with the hash chain still verifiable.
 
 The log is append-only: database triggers reject any change to ``events``. A purge is the
-one explicit way past them. In one transaction it
+one explicit way past them, for its own session's payloads only (a transaction-local
+setting on Postgres, a marker row only its transaction sees on SQLite; no DDL, so no
+other writer waits). In one transaction it
 
 1. replaces the payload of each event in the range with a *redacted* payload of the same
    kind and shape: message roles, part types, tool call ids and names and result states
@@ -56,7 +58,7 @@ from .events import (
     ToolResultPart,
     utcnow,
 )
-from .schema import _SQLITE_TRIGGERS, blobs, events, kind_is, sessions
+from .schema import blobs, events, kind_is, purge_marks, sessions
 
 if TYPE_CHECKING:
     from .codec import Encoded
@@ -195,19 +197,23 @@ def is_redacted(kind: str, payload: str) -> bool:
     return encode_event(redact(evt)) == payload
 
 
-def _guards(conn: Connection, on: bool) -> None:
-    """Switch the append-only guard on ``events`` off and on again, inside the purge's
-    transaction (DDL is transactional on both backends: a failed purge leaves it on)."""
+def _guards(conn: Connection, session_id: str, on: bool) -> None:
+    """Let this transaction change the payloads of ``session_id``'s events (``on=False``)
+    or no longer (``on=True``). No DDL: the append-only trigger itself lets a purge through
+    for the session it names and for nothing but the payload, so other sessions' writers
+    never wait for the table (a transaction-local setting on Postgres, a row of
+    ``purge_marks`` that only this transaction sees on SQLite)."""
     if conn.dialect.name == "postgresql":
-        if is_distributed(conn, fresh=True):  # a purge is rare, and Citus needs the leave
-            # Citus changes triggers of a distributed table only when told it may (the
-            # guard reads one row of its own shard; see distribution.distribute_citus).
-            conn.execute(text("SET LOCAL citus.enable_unsafe_triggers = on"))
-        verb = "ENABLE" if on else "DISABLE"
-        conn.execute(text(f"ALTER TABLE events {verb} TRIGGER events_append_only"))
+        if is_distributed(conn, fresh=True):  # the workers' triggers read the setting too
+            conn.execute(text("SET LOCAL citus.propagate_set_commands = local"))
+        # SET LOCAL (not set_config) so that Citus passes it on; a quoted literal.
+        value = "" if on else session_id.replace("'", "''")
+        conn.exec_driver_sql(f"SET LOCAL eventstore.purging = '{value}'")
         return
-    ddl = dict(_SQLITE_TRIGGERS)["events_append_only_update"]
-    conn.execute(text(ddl if on else "DROP TRIGGER IF EXISTS events_append_only_update"))
+    if on:
+        conn.execute(purge_marks.delete().where(purge_marks.c.session_id == session_id))
+    else:
+        conn.execute(purge_marks.insert(), {"session_id": session_id})
 
 
 def purge_rows(
@@ -257,7 +263,7 @@ def purge_rows(
         return 0, None, head, head_hash
     refs: set[str] = set()
     payloads: list[str] = []
-    _guards(conn, on=False)
+    _guards(conn, session_id, on=False)
     for r in todo:
         evt = decode_event(r.kind, r.payload, "0", utcnow())
         refs.update(blob_refs(evt))
@@ -268,7 +274,7 @@ def purge_rows(
             .where(events.c.session_id == session_id, events.c.seq == r.seq)
             .values(payload=payload, size=len(payload.encode("utf-8")))
         )
-    _guards(conn, on=True)
+    _guards(conn, session_id, on=True)
     record = Purge(
         from_seq=todo[0].seq,
         to_seq=todo[-1].seq,

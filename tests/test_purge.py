@@ -21,6 +21,7 @@ from eventstore import (
 )
 from eventstore.events import PURGED
 from eventstore.records import VerifyReport
+from eventstore.schema import trigger_ddl
 
 SECRET = "alice@example.com lives at 12 Secret Lane"
 
@@ -132,12 +133,12 @@ def _tamper(store: EventStore, sql: str, **params: object) -> None:
         if store.dialect == "postgresql":
             conn.execute(text("ALTER TABLE events ENABLE TRIGGER events_append_only"))
         else:
-            conn.execute(
-                text(
-                    "CREATE TRIGGER events_append_only_update BEFORE UPDATE ON events "
-                    "BEGIN SELECT RAISE(ABORT, 'events are append-only'); END"
-                )
-            )
+            (guard,) = [
+                ddl
+                for ddl in trigger_ddl("sqlite")
+                if ddl.startswith("CREATE TRIGGER events_append_only_update")
+            ]
+            conn.execute(text(guard))
 
 
 def _problems(report: VerifyReport) -> str:
@@ -240,3 +241,73 @@ def test_async_purge(db_url: str) -> None:
             assert (await store.verify(sid)).purged == 1
 
     asyncio.run(main())
+
+
+def test_a_purge_takes_no_table_lock_and_changes_no_schema(db_url: str) -> None:
+    """A purge switched the guard off with DDL, which locks the whole events table: it
+    waited for any write in progress, and every other tenant's appends waited behind it."""
+    import uuid
+
+    store = EventStore(db_url, tenant=f"t-{uuid.uuid4().hex}", upgrade=True, lock_timeout_ms=1000)
+    other = store.with_tenant(f"o-{uuid.uuid4().hex}")
+    try:
+        sid = _session(store)
+        busy = other.create_session().id
+        other.append(busy, [Message.user("before")])
+        with store.engine.connect() as conn:
+            version = conn.exec_driver_sql(
+                "PRAGMA schema_version" if store.dialect == "sqlite" else "SELECT 0"
+            ).scalar()
+        with store.engine.connect() as reader:
+            # Another tenant's write transaction in progress (Postgres), a long-running
+            # reader (SQLite, where writers take turns anyway).
+            with reader.begin():
+                if store.dialect == "postgresql":
+                    reader.execute(text("LOCK TABLE events IN ROW EXCLUSIVE MODE"))
+                reader.execute(text("SELECT count(*) FROM events")).scalar()
+                record = store.purge(sid, reason="erasure request")
+                assert record is not None and record.events == 7
+                other.append(busy, [Message.user("during")])
+        with store.engine.connect() as conn:
+            after = conn.exec_driver_sql(
+                "PRAGMA schema_version" if store.dialect == "sqlite" else "SELECT 0"
+            ).scalar()
+        assert after == version  # no trigger was dropped or created
+        assert store.verify(sid).ok and other.verify(busy).ok
+        # The guard still holds for everything but a purge's own payload changes.
+        with pytest.raises(Exception, match="append-only"):
+            with store.engine.begin() as conn:
+                conn.execute(
+                    text("UPDATE events SET payload = '{}' WHERE session_id = :s"), {"s": busy}
+                )
+    finally:
+        store.close()
+
+
+def test_the_purge_pass_covers_its_own_session_and_payloads_only(db_url: str) -> None:
+    import uuid
+
+    store = EventStore(db_url, tenant=f"t-{uuid.uuid4().hex}", upgrade=True)
+    try:
+        sid = _session(store)
+        victim = _session(store)
+        with pytest.raises(Exception, match="append-only"):
+            with store.engine.begin() as conn:
+                if store.dialect == "postgresql":
+                    conn.exec_driver_sql(f"SET LOCAL eventstore.purging = '{sid}'")
+                else:
+                    conn.execute(text("INSERT INTO purge_marks VALUES (:s)"), {"s": sid})
+                # Another session's rows, while one session is being purged.
+                conn.execute(
+                    text("UPDATE events SET payload = '{}' WHERE session_id = :s"), {"s": victim}
+                )
+        with pytest.raises(Exception, match="append-only"):
+            with store.engine.begin() as conn:
+                if store.dialect == "postgresql":
+                    conn.exec_driver_sql(f"SET LOCAL eventstore.purging = '{sid}'")
+                else:
+                    conn.execute(text("INSERT INTO purge_marks VALUES (:s)"), {"s": sid})
+                conn.execute(text("UPDATE events SET hash = 'x' WHERE session_id = :s"), {"s": sid})
+        assert store.verify(victim).ok and store.verify(sid).ok
+    finally:
+        store.close()
