@@ -58,7 +58,7 @@ from .events import (
     ToolResultPart,
     utcnow,
 )
-from .schema import blobs, events, kind_is, purge_marks, sessions
+from .schema import blobs, events, kind_is, purge_marks, session_keys, sessions
 
 if TYPE_CHECKING:
     from .codec import Encoded
@@ -223,6 +223,7 @@ def purge_rows(
     through_seq: int | None,
     reason: str | None,
     counter: TokenCounter,
+    session_fields: bool = False,
 ) -> tuple[int, Purge | None, int, str | None]:
     """The purge itself; returns (record seq or 0, record, new head, new head hash)."""
     # Before anything is read: an indexer that read a payload this purge erases commits
@@ -259,6 +260,8 @@ def purge_rows(
     )
     done = [(rec.from_seq, rec.to_seq) for _owner, _seq, rec in records(conn, [session_id])]
     todo = [r for r in rows if r.kind != "purge" and not any(lo <= r.seq <= hi for lo, hi in done)]
+    if session_fields:
+        erase_fields(conn, tenant, session_id)
     if not todo:
         return 0, None, head, head_hash
     refs: set[str] = set()
@@ -293,6 +296,30 @@ def purge_rows(
     _forget_search(conn, session_id, [r.seq for r in todo])
     _forget_blobs(conn, tenant, refs)
     return new_head, record, new_head, new_hash
+
+
+def erase_fields(conn: Connection, tenant: str, session_id: str) -> None:
+    """Erase what the session row holds about its subject: title, metadata, the caller's
+    key (and its entry in ``session_keys``, so the name is free again) and the user id.
+    The id, lineage, head and times stay: the log and its audit need them."""
+    row = conn.execute(
+        select(sessions.c.key_digest).where(
+            sessions.c.id == session_id, sessions.c.tenant == tenant
+        )
+    ).one()
+    if row.key_digest is not None:
+        conn.execute(
+            session_keys.delete().where(
+                session_keys.c.tenant == tenant,
+                session_keys.c.key_digest == row.key_digest,
+                session_keys.c.session_id == session_id,
+            )
+        )
+    conn.execute(
+        update(sessions)
+        .where(sessions.c.id == session_id, sessions.c.tenant == tenant)
+        .values(title=None, metadata="{}", key=None, key_digest=None, user_id=None)
+    )
 
 
 def _forget_search(conn: Connection, session_id: str, seqs: list[int]) -> None:
@@ -347,7 +374,12 @@ class PurgeMethods:
     _heads: Any
 
     def purge(
-        self, session_id: str, *, through_seq: int | None = None, reason: str | None = None
+        self,
+        session_id: str,
+        *,
+        through_seq: int | None = None,
+        reason: str | None = None,
+        session_fields: bool = False,
     ) -> Purge | None:
         """Remove the content of the session's events up to ``through_seq`` (default: all),
         for retention rules and erasure requests. Deleted sessions can be purged too.
@@ -358,6 +390,10 @@ class PurgeMethods:
         events as purged. Search-index rows and attachment blobs of the purged events go
         too. Returns the record, or ``None`` when nothing was left to purge. A fork's
         inherited events belong to the session it was forked from: purge that one.
+
+        With ``session_fields`` the session row's own personal data goes too, in the same
+        transaction: its title, metadata, key (the name is free again) and user id. This
+        is what an erasure request needs; a retention rule over old events leaves them.
         """
         if through_seq is not None and (
             isinstance(through_seq, bool) or not isinstance(through_seq, int)
@@ -373,6 +409,7 @@ class PurgeMethods:
                 through_seq,
                 reason,
                 self.token_counter,
+                session_fields=bool(session_fields),
                 write=True,
             )
         if record is not None:

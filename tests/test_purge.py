@@ -15,6 +15,7 @@ from eventstore import (
     FilePart,
     InvalidEventError,
     Message,
+    NotFoundError,
     Purge,
     ToolCallPart,
     ToolResultPart,
@@ -311,3 +312,32 @@ def test_the_purge_pass_covers_its_own_session_and_payloads_only(db_url: str) ->
         assert store.verify(victim).ok and store.verify(sid).ok
     finally:
         store.close()
+
+
+def test_an_erasure_purge_erases_the_session_fields_too(store: EventStore) -> None:
+    sid = store.create_session(
+        user_id="alice@example.com",
+        title="Alice's refund",
+        metadata={"email": "alice@example.com"},
+        key="ticket-alice-42",
+    ).id
+    store.append(sid, [Message.user(SECRET)])
+    # A retention purge leaves the fields.
+    store.purge(sid)
+    assert store.get_session(sid).title == "Alice's refund"
+    # An erasure request takes them, even with no event left to purge.
+    assert store.purge(sid, session_fields=True) is None
+    s = store.get_session(sid)
+    assert (s.title, s.metadata, s.key, s.user_id) == (None, {}, None, None)
+    with store.engine.connect() as conn:
+        row = conn.execute(text("SELECT * FROM sessions WHERE id = :s"), {"s": sid}).one()
+        assert "alice" not in repr(tuple(row)).lower()
+    with pytest.raises(NotFoundError):
+        store.get_session_by_key("ticket-alice-42", user_id="alice@example.com")
+    # The name is free again, and the log still proves itself.
+    assert store.create_session(user_id="alice@example.com", key="ticket-alice-42").id != sid
+    assert store.verify(sid).ok
+    other = store.create_session(title="keep me", key="k2").id
+    store.append(other, [Message.user("x")])
+    store.purge(other, session_fields=True)
+    assert store.get_session(other).title is None
