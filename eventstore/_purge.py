@@ -71,6 +71,7 @@ __all__ = [
     "payloads_digest",
     "is_redacted",
     "records",
+    "purge_count",
     "range_rows",
 ]
 
@@ -105,6 +106,14 @@ def records(conn: Connection, owners: Sequence[str]) -> list[tuple[str, int, Pur
         assert isinstance(evt, Purge)
         out.append((r.session_id, r.seq, evt))
     return out
+
+
+def purge_count(conn: Connection, tenant: str, session_id: str) -> int:
+    """How many purge records the session's lineage holds: ``verify`` compares it before
+    and after its walk, which reads a page per transaction, to know whether a purge
+    committed meanwhile (and rewrote pages it planned against the records read first)."""
+    segments, _head = _sql.lineage_and_head(conn, tenant, session_id, include_deleted=True)
+    return len(records(conn, [seg.owner for seg in segments]))
 
 
 def range_rows(conn: Connection, owner: str, lo: int, hi: int) -> list[Any]:
