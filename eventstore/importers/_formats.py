@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from ._loading import ImportFormatError, Transcript, _fail, _load, _Loaded
+from ._loading import ImportFormatError, Transcript, _fail, _load, _Loaded, nesting_guard
 from .jsonl import EXPORT_FORMAT, _parse_export
 from .mini_swe_agent import _mini_transcript, looks_mini
 from .openai import _openai_transcript
@@ -69,6 +69,11 @@ def load_transcripts(path: str | Path, format: Format | None = None) -> list[Tra
     Raises:
         ImportFormatError: Malformed input; the message names the file and line/record.
     """
+    with nesting_guard(str(path)):
+        return _load_transcripts(path, format)
+
+
+def _load_transcripts(path: str | Path, format: Format | None) -> list[Transcript]:
     loaded = _load(path)
     fmt = format or _detect(loaded)
     if fmt == "eventstore":

@@ -8,6 +8,8 @@ whose message starts with the file and the line or record, so nothing is written
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -51,6 +53,21 @@ class _Loaded:
 
 def _fail(where: str, msg: str) -> ImportFormatError:
     return ImportFormatError(f"{where}: {msg}")
+
+
+@contextmanager
+def nesting_guard(where: str) -> Iterator[None]:
+    """Turn a ``RecursionError`` (JSON nested thousands of levels deep, in the parser or
+    in the validation and encoding that walk the values) into an :class:`ImportFormatError`
+    naming the file."""
+    try:
+        yield
+    except RecursionError:
+        raise _fail(
+            where,
+            "the JSON is nested too deeply to import (deeper than the parser's recursion "
+            "limit); flatten the deepest values and import again",
+        ) from None
 
 
 def _load(path: str | Path) -> _Loaded:

@@ -27,7 +27,7 @@ from ..events import Condensation, Message, Prune, ToolResultPart
 from ..records import Session
 from ..store import EventStore
 from ._formats import Format, load_transcripts
-from ._loading import ImportFormatError, Transcript, _parse_text
+from ._loading import ImportFormatError, Transcript, _parse_text, nesting_guard
 from .jsonl import _parse_export
 
 Progress = Callable[[int, int], None]
@@ -252,7 +252,8 @@ def import_file(
         transcripts = [_renumber(t) if t.hashes is not None else t for t in transcripts]
     if new_id:
         transcripts = [_fresh_session(t) for t in transcripts]
-    return import_transcripts(store, transcripts, progress=progress, batch_size=batch_size)
+    with nesting_guard(str(path)):
+        return import_transcripts(store, transcripts, progress=progress, batch_size=batch_size)
 
 
 def import_jsonl(
@@ -282,17 +283,18 @@ def import_jsonl(
             session id is already taken; the message names the place and nothing is
             written.
     """
-    where = getattr(fp, "name", None) or "<export>"
-    loaded = _parse_text(fp.read(), str(where))
-    transcript = _parse_export(loaded)
-    if new_ids:
-        transcript = _renumber(transcript)
-    if new_id:
-        transcript = _fresh_session(transcript)
-    return import_transcripts(
-        store,
-        [transcript],
-        progress=progress,
-        batch_size=batch_size,
-        session_ids=[session_id],
-    )[0]
+    where = str(getattr(fp, "name", None) or "<export>")
+    with nesting_guard(where):
+        loaded = _parse_text(fp.read(), where)
+        transcript = _parse_export(loaded)
+        if new_ids:
+            transcript = _renumber(transcript)
+        if new_id:
+            transcript = _fresh_session(transcript)
+        return import_transcripts(
+            store,
+            [transcript],
+            progress=progress,
+            batch_size=batch_size,
+            session_ids=[session_id],
+        )[0]
