@@ -194,11 +194,18 @@ def eligible(encoded: Sequence[Encoded], idempotency_key: str | None, sqlite: bo
         return False
     # Both in C loops: a 1,000-event batch is scanned in a few microseconds. (A prune's
     # kind is "prune" whatever its class, as an Encoded's kind is its event's.)
-    return "prune" not in map(_KIND, encoded) and not any(map(_BLOBS, encoded))
+    # A payload naming a blob by digest goes the ordinary way, which checks the user holds
+    # it (the text '"blob":"' occurs in a payload only as a FilePart's own field).
+    return (
+        "prune" not in map(_KIND, encoded)
+        and not any(map(_BLOBS, encoded))
+        and not any('"blob":"' in p for p in map(_PAYLOAD, encoded))
+    )
 
 
 _KIND = attrgetter("kind")
 _BLOBS = attrgetter("blobs")
+_PAYLOAD = attrgetter("payload")
 
 
 _SQLITE_HEAD = (

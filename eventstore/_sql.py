@@ -444,6 +444,7 @@ def append(
         raise ConflictError(session_id, expected_seq, head)
     if not encoded:
         return AppendResult(seqs=[], head_seq=head)
+    _blobs.check_named(conn, tenant, session_id, encoded)  # before the batch's own rows
 
     segments: list[Segment] | None = None
     now = utcnow()
