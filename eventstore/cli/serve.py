@@ -28,21 +28,22 @@ def missing_viewer_modules() -> list[str]:
 def open_read_only(state: State) -> EventStore:
     """The store at ``--db``, opened without creating or upgrading anything.
 
-    A missing SQLite file is refused (a read-only viewer must not create one), and a schema
-    that is behind raises the library's error naming ``eventstore db upgrade``.
+    A missing SQLite file is refused (a read-only viewer must not create one), a file this
+    process cannot write is opened read-only (``mode=ro``, else ``immutable=1``), and a
+    schema that is behind raises the library's error naming ``eventstore db upgrade``.
     """
-    from sqlalchemy.engine import make_url
-
     from eventstore import EventStore
     from eventstore.store import resolve_url
 
-    url = resolve_url(state.url)
-    u = make_url(url)
-    if u.get_backend_name() == "sqlite" and u.database and u.database != ":memory:":
-        from pathlib import Path
+    from .root import _is_read_only_uri, _sqlite_path, _writable, read_only_url
 
-        if not Path(u.database).exists():
-            fail(f"no database at {u.database}; pass --db (or set EVENTSTORE_URL) to point at one")
+    url = resolve_url(state.url)
+    path = _sqlite_path(url)
+    if path is not None:
+        if not path.exists():
+            fail(f"no database at {path}; pass --db (or set EVENTSTORE_URL) to point at one")
+        if not _is_read_only_uri(url) and not _writable(path):
+            url = read_only_url(path)
     return EventStore(url, tenant=state.tenant, upgrade=False)
 
 
