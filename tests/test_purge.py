@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import json
+from typing import Any
 
 import pytest
 from sqlalchemy import text
@@ -341,3 +343,52 @@ def test_an_erasure_purge_erases_the_session_fields_too(store: EventStore) -> No
     store.append(other, [Message.user("x")])
     store.purge(other, session_fields=True)
     assert store.get_session(other).title is None
+
+
+@pytest.mark.parametrize("how", ["same id elsewhere", "new_id", "new_ids"])
+def test_the_export_of_a_purged_session_imports_as_the_purged_log(
+    db_url: str, tmp_path: Any, how: str
+) -> None:
+    import io
+    import uuid
+
+    from eventstore.importers import ImportFormatError, export_jsonl, import_jsonl
+
+    store = EventStore(db_url, tenant=f"t-{uuid.uuid4().hex}", upgrade=True)
+    try:
+        sid = _session(store)
+        store.purge(sid, through_seq=4, reason="erasure")
+        store.append(sid, [Message.user("after the purge")])
+        store.purge(sid, through_seq=7)
+        buf = io.StringIO()
+        export_jsonl(store, sid, buf)
+        text_ = buf.getvalue()
+        if how == "new_ids":  # fresh ids: back into the database it came from
+            target = store
+        else:  # the same event ids: into another database (a restore from backup)
+            target = EventStore(f"sqlite:///{tmp_path / 'restore.db'}", tenant=store.tenant)
+        restored = import_jsonl(
+            target, io.StringIO(text_), new_id=how == "new_id", new_ids=how == "new_ids"
+        )
+        assert (restored.id == sid) == (how == "same id elsewhere")
+        try:
+            report = target.verify(restored.id)
+            assert report.ok, report.problems[:3]
+            assert report.purged == 7
+            assert SECRET not in json.dumps(
+                [e.event.model_dump(mode="json") for e in target.read(restored.id)]
+            )
+            if how != "new_ids":  # the same chain, hash for hash
+                assert report.head_hash == store.verify(sid).head_hash
+        finally:
+            if target is not store:
+                target.close()
+        # An edited purged line is still caught.
+        lines = text_.splitlines()
+        tampered = json.loads(lines[2])
+        tampered["payload"]["parts"][0]["text"] = "[purged] but not really"
+        lines[2] = json.dumps(tampered)
+        with pytest.raises(ImportFormatError, match="hash mismatch"):
+            import_jsonl(store, io.StringIO("\n".join(lines) + "\n"), new_id=True)
+    finally:
+        store.close()
