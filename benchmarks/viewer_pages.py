@@ -6,6 +6,9 @@ every 10; then times each route through Starlette's TestClient, cold (first requ
 fresh application) and warm (median of five).
 
     python -m benchmarks.viewer_pages [--events 100000] [--db /tmp/viewer-bench.db]
+
+With ``--sessions N`` it times the sessions index instead, over a tenant of N sessions
+(first page, a later page, a filter), on SQLite or on ``--url`` (Postgres).
 """
 
 from __future__ import annotations
@@ -64,11 +67,45 @@ def build(path: Path, n: int) -> str:
     return sid
 
 
+def time_index(url: str, n: int) -> None:
+    """Build (once) a tenant of ``n`` sessions and time the index pages."""
+    from starlette.testclient import TestClient
+
+    from eventstore import EventStore
+    from eventstore.cli.viewer import create_app
+
+    store = EventStore(url, tenant=f"index-{n}", upgrade=True)
+    have = len(store.list_sessions(limit=n))
+    for i in range(have, n):
+        store.create_session(title=f"task {i}", user_id=f"user{i % 97}")
+    client = TestClient(create_app(store), base_url="http://127.0.0.1:8765")
+    print(f"{n:,} sessions ({url.split(':')[0]})")
+    print(f"{'route':<40} {'cold ms':>8} {'warm ms':>8}")
+    middle = store.list_sessions(limit=1, offset=n // 2)[0].id
+    for route in ("/", f"/?after={middle}&page=2", "/?q=user42", "/?q=no-such-title"):
+        t = time.perf_counter()
+        r = client.get(route)
+        cold = (time.perf_counter() - t) * 1000
+        warm = []
+        for _ in range(5):
+            t = time.perf_counter()
+            r = client.get(route)
+            warm.append((time.perf_counter() - t) * 1000)
+        assert r.status_code == 200, (route, r.status_code)
+        print(f"{route:<40} {cold:>8.0f} {statistics.median(warm):>8.0f}")
+    store.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--events", type=int, default=100_000)
     parser.add_argument("--db", default="/tmp/viewer-bench.db")
+    parser.add_argument("--sessions", type=int, default=0, help="time the index instead")
+    parser.add_argument("--url", default=None, help="database for --sessions")
     args = parser.parse_args()
+    if args.sessions:
+        time_index(args.url or f"sqlite:///{args.db}", args.sessions)
+        return
     from starlette.testclient import TestClient
 
     from eventstore import EventStore
@@ -90,7 +127,7 @@ def main() -> None:
         f"/sessions/{sid}/chart",
         f"/sessions/{sid}/row",
     ]
-    client = TestClient(create_app(store))
+    client = TestClient(create_app(store), base_url="http://127.0.0.1:8765")
     print(f"session {sid}: {head:,} events")
     print(f"{'route':<60} {'cold ms':>8} {'warm ms':>8}")
     for url in routes:

@@ -702,6 +702,9 @@ class Encoded:
     proven: bool = False
     """The payload is proven to read back (see :func:`_payload_proven`): no read-back
     parse is needed."""
+    named: tuple[str, ...] = ()
+    """The blob references the stored event names (:func:`blob_refs`): the ones whose
+    bytes are in :attr:`blobs`, and any it names by digest alone."""
 
 
 def sole_text(evt: Event) -> bool:
@@ -804,16 +807,19 @@ def encode(evt: Event, counter: TokenCounter, blob_threshold: int | None = None)
     stored: Event = evt
     if isinstance(evt, Message):
         parts = evt.parts
-        if blob_threshold is not None:
-            for p in parts:
-                if isinstance(p, FilePart):
+        named: tuple[str, ...] = ()
+        for p in parts:
+            if isinstance(p, FilePart):
+                if blob_threshold is not None:
                     stored, blobs = _strip_blobs(evt, blob_threshold)
-                    break
+                named = tuple(blob_refs(stored))
+                break
         payload, size, proven = _payload_proven(stored)
         total, rows = plain_parts(parts, counter)
         if len(rows) == 1 and rows[0]["type"] == "text":
             rows = []  # a sole text part of a subclass of its own: its row is implied too
-        return Encoded(stored, stored.kind, payload, size, total, rows, blobs, proven)
+        return Encoded(stored, stored.kind, payload, size, total, rows, blobs, proven, named)
+    named = tuple(blob_refs(evt)) if isinstance(evt, Queued) else ()
     payload, size = _payload(evt)
     if isinstance(evt, Condensation):
         total = evt.summary_tokens or (counter.count(evt.summary) if evt.summary else 0)
@@ -822,7 +828,7 @@ def encode(evt: Event, counter: TokenCounter, blob_threshold: int | None = None)
             payload, size = _payload(evt)
     else:
         total = 0
-    return Encoded(evt, evt.kind, payload, size, total, [], blobs)
+    return Encoded(evt, evt.kind, payload, size, total, [], blobs, named=named)
 
 
 #: Attachments moved out of a payload: none (shared by every encoding without any; never

@@ -44,6 +44,7 @@ __all__ = [
     "feed_cursor",
     "search_progress",
     "blobs",
+    "purge_marks",
     "NATIVE_SEARCH_TABLES",
     "SCHEMA_REVISION",
     "RARE_KIND",
@@ -56,7 +57,7 @@ __all__ = [
 ]
 
 #: The Alembic revision this code expects. A test asserts it equals the migration head.
-SCHEMA_REVISION = "0010"
+SCHEMA_REVISION = "0011"
 
 #: The predicate of the partial ``(session_id, kind, seq)`` index: every kind but messages.
 RARE_KIND = "kind <> 'message'"
@@ -306,6 +307,18 @@ search_progress = Table(
     PrimaryKeyConstraint("tenant"),
 )
 
+# SQLite: the session a purge is rewriting, inserted and deleted inside the purge's
+# transaction (so no other connection ever sees a row). The append-only trigger on
+# ``events`` lets that session's payloads change, and nothing else of its rows. Postgres
+# reads a transaction-local setting instead (``eventstore.purging``) and leaves this empty.
+# Either way no DDL runs: other writers never wait for a purge of another session.
+purge_marks = Table(
+    "purge_marks",
+    metadata,
+    Column("session_id", String(36), nullable=False),
+    PrimaryKeyConstraint("session_id"),
+)
+
 #: Tables of the native search index, by dialect (SQLite's FTS5 adds shadow tables
 #: named after it).
 NATIVE_SEARCH_TABLES = {"sqlite": "search_fts", "postgresql": "search_docs"}
@@ -342,6 +355,10 @@ SQLITE_TRIGGERS = [
     (
         "events_append_only_update",
         """CREATE TRIGGER events_append_only_update BEFORE UPDATE ON events
+WHEN NOT EXISTS (SELECT 1 FROM purge_marks WHERE session_id = OLD.session_id)
+    OR NEW.session_id IS NOT OLD.session_id OR NEW.seq IS NOT OLD.seq
+    OR NEW.id IS NOT OLD.id OR NEW.kind IS NOT OLD.kind OR NEW.hash IS NOT OLD.hash
+    OR NEW.created_at IS NOT OLD.created_at
 BEGIN SELECT RAISE(ABORT, 'events are append-only'); END""",
     ),
     (
@@ -380,6 +397,18 @@ BEGIN SELECT RAISE(ABORT, 'fork_compactions are append-only'); END""",
 ]
 
 _PG_FUNCTIONS = [
+    """CREATE OR REPLACE FUNCTION eventstore_events_guard() RETURNS trigger AS $$
+BEGIN
+    IF TG_OP = 'UPDATE'
+       AND OLD.session_id = current_setting('eventstore.purging', true)
+       AND NEW.session_id = OLD.session_id AND NEW.seq = OLD.seq AND NEW.id = OLD.id
+       AND NEW.kind = OLD.kind AND NEW.hash = OLD.hash
+       AND NEW.created_at = OLD.created_at THEN
+        RETURN NEW;
+    END IF;
+    RAISE EXCEPTION '% is append-only', TG_TABLE_NAME USING ERRCODE = 'restrict_violation';
+END;
+$$ LANGUAGE plpgsql""",
     """CREATE OR REPLACE FUNCTION eventstore_reject_change() RETURNS trigger AS $$
 BEGIN
     RAISE EXCEPTION '% is append-only', TG_TABLE_NAME USING ERRCODE = 'restrict_violation';
@@ -407,7 +436,7 @@ PG_TRIGGERS = [
         "events_append_only",
         "events",
         """CREATE TRIGGER events_append_only BEFORE UPDATE OR DELETE ON events
-FOR EACH ROW EXECUTE FUNCTION eventstore_reject_change()""",
+FOR EACH ROW EXECUTE FUNCTION eventstore_events_guard()""",
     ),
     (
         "events_no_truncate",
@@ -459,5 +488,6 @@ def drop_trigger_ddl(dialect: str) -> list[str]:
         return [f"DROP TRIGGER IF EXISTS {name} ON {table}" for name, table, _ in PG_TRIGGERS] + [
             "DROP FUNCTION IF EXISTS eventstore_parts_compact_once()",
             "DROP FUNCTION IF EXISTS eventstore_reject_change()",
+            "DROP FUNCTION IF EXISTS eventstore_events_guard()",
         ]
     raise ValueError(f"unsupported dialect {dialect!r}")

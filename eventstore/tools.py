@@ -161,9 +161,22 @@ def recall(store: EventStore, session_id: str, ref: str) -> str:
 def _format_hits(hits: list[Any], page: int) -> str:
     if not hits:
         return "No matches." if page == 0 else "No more matches."
-    lines = [f'ref="{h.seq}" ({h.role or h.kind}): {h.snippet}' for h in hits]
+    lines = [_bounded(f'ref="{h.seq}" ({h.role or h.kind}): {h.snippet}') for h in hits]
     more = f"\n(page {page}; ask for page {page + 1} for more)" if len(hits) == SEARCH_PAGE else ""
     return "\n".join(lines) + more
+
+
+#: The most characters of one line (or error) a tool hands the model.
+LINE_LIMIT = 400
+
+
+def _bounded(text: str, limit: int = LINE_LIMIT) -> str:
+    """``text`` cut to ``limit`` characters, saying so: what a tool returns goes into the
+    model's context, and nothing stored or typed (a hit, a query echoed in an error) may
+    put an unbounded text there."""
+    if len(text) <= limit:
+        return text
+    return text[: limit - 30] + f"… [{len(text) - limit + 30:,} more characters]"
 
 
 def search_history(store: EventStore, session_id: str, query: str, page: int = 0) -> str:
@@ -199,7 +212,7 @@ def handle_tool_call(
             return recall(store, session_id, str(args.get("ref", "")))
         return search_history(store, session_id, str(args.get("query", "")), args.get("page", 0))
     except EventStoreError as exc:
-        return f"Error: {exc}"
+        return _bounded(f"Error: {exc}", 2 * LINE_LIMIT)
 
 
 async def ahandle_tool_call(

@@ -171,3 +171,70 @@ def test_blob_threshold_is_validated(tmp_path: Any) -> None:
     for bad in (0, -1, 1.5, True):
         with pytest.raises(ConfigurationError):
             EventStore(f"sqlite:///{tmp_path / f'{uuid.uuid4().hex}.db'}", blob_threshold=bad)
+
+
+def _by_digest(digest: str) -> Message:
+    return Message(role="user", parts=[FilePart(media_type="image/png", blob=digest)])
+
+
+def test_a_file_part_naming_a_blob_the_user_does_not_hold_is_refused(api_store: Any) -> None:
+    import hashlib
+
+    from eventstore import InvalidEventError
+
+    image = _png(256, 256, 200 * 1024)
+    digest = "sha256:" + hashlib.sha256(image).hexdigest()
+    alice = api_store.create_session(user_id="alice").id
+    api_store.append(alice, [_image_message(image)])
+    # Alice may name her own blob again by its digest, in another session of hers.
+    again = api_store.create_session(user_id="alice").id
+    api_store.append(again, [_by_digest(digest)])
+    assert [e.event.parts[0].data for e in api_store.read(again)] == [image]
+    # Bob (and a session without a user) may not read it by naming it.
+    bob = api_store.create_session(user_id="bob").id
+    nobody = api_store.create_session().id
+    for sid in (bob, nobody):
+        with pytest.raises(InvalidEventError, match="does not hold"):
+            api_store.append(sid, [_by_digest(digest)])
+        # ...nor in a big batch (the bulk paths).
+        batch = [Message.user(f"m{i}") for i in range(40)] + [_by_digest(digest)]
+        with pytest.raises(InvalidEventError, match=r"events\[40\].*does not hold"):
+            api_store.append(sid, batch)
+        assert api_store.head(sid) == 0
+    # A digest the tenant holds nowhere is refused too (it could never be verified).
+    with pytest.raises(InvalidEventError, match="does not hold"):
+        api_store.append(alice, [_by_digest("sha256:" + "0" * 64)])
+    assert api_store.verify(alice).ok and api_store.verify(again).ok
+    # Another tenant's Alice does not hold it either.
+    other = api_store.with_tenant(f"o-{uuid.uuid4().hex}")
+    theirs = other.create_session(user_id="alice").id
+    with pytest.raises(InvalidEventError, match="does not hold"):
+        other.append(theirs, [_by_digest(digest)])
+
+
+def test_an_import_naming_a_blob_nobody_holds_is_refused(db_url: str, tmp_path: Any) -> None:
+    from eventstore.importers import ImportFormatError, import_file
+
+    store = EventStore(db_url, tenant=f"t-{uuid.uuid4().hex}", upgrade=True)
+    try:
+        path = tmp_path / "chat.json"
+        path.write_text(
+            json.dumps(
+                [
+                    {"role": "user", "content": "look"},
+                    {
+                        "role": "user",
+                        "content": [{"type": "text", "text": "x"}],
+                    },
+                ]
+            )
+        )
+        import_file(store, path, "openai")  # an ordinary import still works
+        from eventstore.importers import Transcript, import_transcripts
+
+        bad = Transcript(events=[_by_digest("sha256:" + "1" * 64)], title="bad")
+        with pytest.raises(ImportFormatError, match="does not hold"):
+            import_transcripts(store, [bad])
+        assert len(store.list_sessions()) == 1
+    finally:
+        store.close()

@@ -613,3 +613,87 @@ def test_errors_become_one_line_with_the_fix() -> None:
     driver = _error_message(psycopg.OperationalError("connection refused"))
     assert driver is not None and driver.startswith("database error: connection refused")
     assert _error_message(KeyError("a bug")) is None  # real bugs keep their traceback
+
+
+def _read_only_copy(src: Path, tmp_path: Path) -> tuple[Path, Any]:
+    """A copy of the SQLite file at ``src`` in a directory nobody here can write to; skips
+    when the file system lets this process write anyway (root on a plain mount without
+    ``chattr``). Returns the file and the undo."""
+    import shutil
+    import subprocess
+
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    db = folder / "events.db"
+    shutil.copy(src, db)
+    db.chmod(0o444)
+    folder.chmod(0o555)
+
+    def undo() -> None:
+        subprocess.run(["chattr", "-i", str(db), str(folder)], capture_output=True)
+        folder.chmod(0o755)
+        db.chmod(0o644)
+
+    try:
+        open(db, "r+b").close()
+        writable = True
+    except OSError:
+        writable = False
+    if writable:  # root: make the file and its directory immutable instead
+        subprocess.run(["chattr", "+i", str(db), str(folder)], capture_output=True)
+        try:
+            open(db, "r+b").close()
+            undo()
+            pytest.skip("cannot make a file read-only for this process here")
+        except OSError:
+            pass
+    return db, undo
+
+
+def test_read_commands_and_the_viewer_work_on_a_read_only_sqlite_file(tmp_path: Path) -> None:
+    from eventstore.cli.root import State
+    from eventstore.cli.serve import open_read_only
+
+    src = tmp_path / "src.db"
+    store = EventStore(f"sqlite:///{src}")
+    sid = store.create_session(title="archived").id
+    store.append(sid, [Message.user("an archived conversation")])
+    store.close()
+    db, undo = _read_only_copy(src, tmp_path)
+    try:
+        url = f"sqlite:///{db}"
+        for args in (
+            ["sessions", "list"],
+            ["sessions", "show", sid],
+            ["log", sid],
+            ["view", sid],
+            ["verify", sid],
+            ["export", sid],
+            ["stats"],
+        ):
+            result = CliRunner().invoke(cli, ["--db", url, *args])
+            assert result.exit_code == 0, (args, result.output)
+        assert "archived" in CliRunner().invoke(cli, ["--db", url, "sessions", "list"]).output
+        # A command that writes says so, and names the commands that do.
+        result = CliRunner().invoke(cli, ["--db", url, "search", "archived"])
+        assert result.exit_code == 1
+        assert "commands that write" in result.output and "search" in result.output
+        # The URL workaround is accepted as such.
+        immutable = f"sqlite:///file:{db}?immutable=1&uri=true"
+        result = CliRunner().invoke(cli, ["--db", immutable, "log", sid])
+        assert result.exit_code == 0 and "archived conversation" in result.output
+        # The viewer opens it too.
+        pytest.importorskip("starlette")
+        from starlette.testclient import TestClient
+
+        from eventstore.cli.viewer import create_app
+
+        viewer_store = open_read_only(State(url, True, "default"))
+        try:
+            client = TestClient(create_app(viewer_store), base_url="http://127.0.0.1:8765")
+            assert "archived" in client.get("/").text
+            assert client.get(f"/sessions/{sid}/export.jsonl").status_code == 200
+        finally:
+            viewer_store.close()
+    finally:
+        undo()

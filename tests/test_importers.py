@@ -866,3 +866,30 @@ def test_kill_9_during_a_large_import_leaves_no_partial_session(
         assert done.id == s.id and done.head_seq == 3000 and store.verify(s.id).ok
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("where", ["file", "payload"])
+def test_deeply_nested_json_is_a_format_error_not_a_recursion_error(
+    store: EventStore, tmp_path: Path, where: str
+) -> None:
+    import io
+
+    from eventstore.importers import ImportFormatError, import_file, import_jsonl
+
+    deep = "[" * 100_000 + "]" * 100_000
+    if where == "file":
+        text = deep
+    else:  # a valid export whose one event carries a deeply nested custom value
+        header = json.dumps({"format": "agent-eventstore/v1", "session": {}})
+        line = (
+            '{"seq": 1, "id": "e1", "kind": "custom", "created_at": "2026-01-01T00:00:00+00:00",'
+            ' "hash": "x", "payload": {"name": "n", "data": {"v": ' + deep + "}}}"
+        )
+        text = header + "\n" + line + "\n"
+    path = tmp_path / "deep.jsonl"
+    path.write_text(text)
+    with pytest.raises(ImportFormatError, match="nested too deeply"):
+        import_file(store, path)
+    with pytest.raises(ImportFormatError, match="nested too deeply"):
+        import_jsonl(store, io.StringIO(text))
+    assert store.list_sessions() == []

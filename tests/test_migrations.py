@@ -45,6 +45,7 @@ TABLES = {
     "feed_cursor",
     "search_progress",
     "blobs",
+    "purge_marks",
 }
 SQLITE_TRIGGERS = {
     "events_append_only_update",
@@ -195,15 +196,16 @@ def test_migrations_import_nothing_from_eventstore() -> None:
 
 @pytest.mark.parametrize("dialect", ["sqlite", "postgresql"])
 def test_initial_migration_guards_equal_the_live_schema(dialect: str) -> None:
-    """Revision 0001's frozen trigger SQL is what ``eventstore.schema`` produces today. If
-    this fails, the live guards changed: write a new migration that installs them (and
-    point this test at it), never edit 0001."""
-    migration = _load_migration(VERSIONS / "0001_initial.py")
+    """The newest guard migration's frozen trigger SQL (0011, which let purges through the
+    events guard without DDL) is what ``eventstore.schema`` produces today. If this fails,
+    the live guards changed: write a new migration that installs them (and point this test
+    at it), never edit an old one."""
+    migration = _load_migration(VERSIONS / "0011_purge_guard.py")
     assert migration._trigger_ddl(dialect) == trigger_ddl(dialect), (
-        f"eventstore.schema.trigger_ddl({dialect!r}) drifted from migration 0001"
+        f"eventstore.schema.trigger_ddl({dialect!r}) drifted from migration 0011"
     )
     assert migration._drop_trigger_ddl(dialect) == drop_trigger_ddl(dialect), (
-        f"eventstore.schema.drop_trigger_ddl({dialect!r}) drifted from migration 0001"
+        f"eventstore.schema.drop_trigger_ddl({dialect!r}) drifted from migration 0011"
     )
 
 

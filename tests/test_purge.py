@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import json
+from typing import Any
 
 import pytest
 from sqlalchemy import text
@@ -15,12 +17,14 @@ from eventstore import (
     FilePart,
     InvalidEventError,
     Message,
+    NotFoundError,
     Purge,
     ToolCallPart,
     ToolResultPart,
 )
 from eventstore.events import PURGED
 from eventstore.records import VerifyReport
+from eventstore.schema import trigger_ddl
 
 SECRET = "alice@example.com lives at 12 Secret Lane"
 
@@ -132,12 +136,12 @@ def _tamper(store: EventStore, sql: str, **params: object) -> None:
         if store.dialect == "postgresql":
             conn.execute(text("ALTER TABLE events ENABLE TRIGGER events_append_only"))
         else:
-            conn.execute(
-                text(
-                    "CREATE TRIGGER events_append_only_update BEFORE UPDATE ON events "
-                    "BEGIN SELECT RAISE(ABORT, 'events are append-only'); END"
-                )
-            )
+            (guard,) = [
+                ddl
+                for ddl in trigger_ddl("sqlite")
+                if ddl.startswith("CREATE TRIGGER events_append_only_update")
+            ]
+            conn.execute(text(guard))
 
 
 def _problems(report: VerifyReport) -> str:
@@ -240,3 +244,151 @@ def test_async_purge(db_url: str) -> None:
             assert (await store.verify(sid)).purged == 1
 
     asyncio.run(main())
+
+
+def test_a_purge_takes_no_table_lock_and_changes_no_schema(db_url: str) -> None:
+    """A purge switched the guard off with DDL, which locks the whole events table: it
+    waited for any write in progress, and every other tenant's appends waited behind it."""
+    import uuid
+
+    store = EventStore(db_url, tenant=f"t-{uuid.uuid4().hex}", upgrade=True, lock_timeout_ms=1000)
+    other = store.with_tenant(f"o-{uuid.uuid4().hex}")
+    try:
+        sid = _session(store)
+        busy = other.create_session().id
+        other.append(busy, [Message.user("before")])
+        with store.engine.connect() as conn:
+            version = conn.exec_driver_sql(
+                "PRAGMA schema_version" if store.dialect == "sqlite" else "SELECT 0"
+            ).scalar()
+        with store.engine.connect() as reader:
+            # Another tenant's write transaction in progress (Postgres), a long-running
+            # reader (SQLite, where writers take turns anyway).
+            with reader.begin():
+                if store.dialect == "postgresql":
+                    reader.execute(text("LOCK TABLE events IN ROW EXCLUSIVE MODE"))
+                reader.execute(text("SELECT count(*) FROM events")).scalar()
+                record = store.purge(sid, reason="erasure request")
+                assert record is not None and record.events == 7
+                other.append(busy, [Message.user("during")])
+        with store.engine.connect() as conn:
+            after = conn.exec_driver_sql(
+                "PRAGMA schema_version" if store.dialect == "sqlite" else "SELECT 0"
+            ).scalar()
+        assert after == version  # no trigger was dropped or created
+        assert store.verify(sid).ok and other.verify(busy).ok
+        # The guard still holds for everything but a purge's own payload changes.
+        with pytest.raises(Exception, match="append-only"):
+            with store.engine.begin() as conn:
+                conn.execute(
+                    text("UPDATE events SET payload = '{}' WHERE session_id = :s"), {"s": busy}
+                )
+    finally:
+        store.close()
+
+
+def test_the_purge_pass_covers_its_own_session_and_payloads_only(db_url: str) -> None:
+    import uuid
+
+    store = EventStore(db_url, tenant=f"t-{uuid.uuid4().hex}", upgrade=True)
+    try:
+        sid = _session(store)
+        victim = _session(store)
+        with pytest.raises(Exception, match="append-only"):
+            with store.engine.begin() as conn:
+                if store.dialect == "postgresql":
+                    conn.exec_driver_sql(f"SET LOCAL eventstore.purging = '{sid}'")
+                else:
+                    conn.execute(text("INSERT INTO purge_marks VALUES (:s)"), {"s": sid})
+                # Another session's rows, while one session is being purged.
+                conn.execute(
+                    text("UPDATE events SET payload = '{}' WHERE session_id = :s"), {"s": victim}
+                )
+        with pytest.raises(Exception, match="append-only"):
+            with store.engine.begin() as conn:
+                if store.dialect == "postgresql":
+                    conn.exec_driver_sql(f"SET LOCAL eventstore.purging = '{sid}'")
+                else:
+                    conn.execute(text("INSERT INTO purge_marks VALUES (:s)"), {"s": sid})
+                conn.execute(text("UPDATE events SET hash = 'x' WHERE session_id = :s"), {"s": sid})
+        assert store.verify(victim).ok and store.verify(sid).ok
+    finally:
+        store.close()
+
+
+def test_an_erasure_purge_erases_the_session_fields_too(store: EventStore) -> None:
+    sid = store.create_session(
+        user_id="alice@example.com",
+        title="Alice's refund",
+        metadata={"email": "alice@example.com"},
+        key="ticket-alice-42",
+    ).id
+    store.append(sid, [Message.user(SECRET)])
+    # A retention purge leaves the fields.
+    store.purge(sid)
+    assert store.get_session(sid).title == "Alice's refund"
+    # An erasure request takes them, even with no event left to purge.
+    assert store.purge(sid, session_fields=True) is None
+    s = store.get_session(sid)
+    assert (s.title, s.metadata, s.key, s.user_id) == (None, {}, None, None)
+    with store.engine.connect() as conn:
+        row = conn.execute(text("SELECT * FROM sessions WHERE id = :s"), {"s": sid}).one()
+        assert "alice" not in repr(tuple(row)).lower()
+    with pytest.raises(NotFoundError):
+        store.get_session_by_key("ticket-alice-42", user_id="alice@example.com")
+    # The name is free again, and the log still proves itself.
+    assert store.create_session(user_id="alice@example.com", key="ticket-alice-42").id != sid
+    assert store.verify(sid).ok
+    other = store.create_session(title="keep me", key="k2").id
+    store.append(other, [Message.user("x")])
+    store.purge(other, session_fields=True)
+    assert store.get_session(other).title is None
+
+
+@pytest.mark.parametrize("how", ["same id elsewhere", "new_id", "new_ids"])
+def test_the_export_of_a_purged_session_imports_as_the_purged_log(
+    db_url: str, tmp_path: Any, how: str
+) -> None:
+    import io
+    import uuid
+
+    from eventstore.importers import ImportFormatError, export_jsonl, import_jsonl
+
+    store = EventStore(db_url, tenant=f"t-{uuid.uuid4().hex}", upgrade=True)
+    try:
+        sid = _session(store)
+        store.purge(sid, through_seq=4, reason="erasure")
+        store.append(sid, [Message.user("after the purge")])
+        store.purge(sid, through_seq=7)
+        buf = io.StringIO()
+        export_jsonl(store, sid, buf)
+        text_ = buf.getvalue()
+        if how == "new_ids":  # fresh ids: back into the database it came from
+            target = store
+        else:  # the same event ids: into another database (a restore from backup)
+            target = EventStore(f"sqlite:///{tmp_path / 'restore.db'}", tenant=store.tenant)
+        restored = import_jsonl(
+            target, io.StringIO(text_), new_id=how == "new_id", new_ids=how == "new_ids"
+        )
+        assert (restored.id == sid) == (how == "same id elsewhere")
+        try:
+            report = target.verify(restored.id)
+            assert report.ok, report.problems[:3]
+            assert report.purged == 7
+            assert SECRET not in json.dumps(
+                [e.event.model_dump(mode="json") for e in target.read(restored.id)]
+            )
+            if how != "new_ids":  # the same chain, hash for hash
+                assert report.head_hash == store.verify(sid).head_hash
+        finally:
+            if target is not store:
+                target.close()
+        # An edited purged line is still caught.
+        lines = text_.splitlines()
+        tampered = json.loads(lines[2])
+        tampered["payload"]["parts"][0]["text"] = "[purged] but not really"
+        lines[2] = json.dumps(tampered)
+        with pytest.raises(ImportFormatError, match="hash mismatch"):
+            import_jsonl(store, io.StringIO("\n".join(lines) + "\n"), new_id=True)
+    finally:
+        store.close()

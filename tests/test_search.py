@@ -160,3 +160,160 @@ def test_a_multi_megabyte_output_is_indexed_on_both_backends(store: Any) -> None
     assert {h.seq for h in store.search('"starting the nightly build"')} == {1}
     assert {h.seq for h in store.search("zanzibar verdict")} == {1}
     assert {h.seq for h in store.search("zanzibar")} == {1, 2}
+
+
+def test_a_tool_output_too_large_for_one_tsvector_never_breaks_search(store: Any) -> None:
+    from eventstore.tools import handle_tool_call
+
+    sid = store.create_session().id
+    # About 3 MB of distinct words, like a package-lock.json full of integrity hashes.
+    lock = "\n".join(
+        f'"pkg{i}": "sha512-{uuid.uuid5(uuid.NAMESPACE_OID, str(i)).hex}"' for i in range(60_000)
+    )
+    call = ToolCallPart(id="c1", name="read_file", arguments='{"path": "package-lock.json"}')
+    store.append(
+        sid,
+        [
+            Message(role="assistant", parts=[call]),
+            Message.tool("c1", "lockfileversion " + lock, name="read_file"),
+        ],
+    )
+    assert [h.seq for h in store.search("lockfileversion")] == [2]
+    assert [h.seq for h in store.search("pkg3")] == [2]  # near the start: indexed
+    store.append(sid, [Message.user("the build is green again")])
+    assert [h.seq for h in store.search("green")] == [3]  # later events still indexed
+    # What the model gets back is bounded, hits and errors alike.
+    out = handle_tool_call(store, sid, "search_history", {"query": "lockfileversion"})
+    assert out is not None and 'ref="2"' in out and len(out) < 1_000
+    out = handle_tool_call(store, sid, "search_history", {"query": "!" * 200_000})
+    assert out is not None and out.startswith("Error:") and len(out) < 1_000
+
+
+def test_hits_of_deleted_sessions_are_dropped_before_the_page_is_cut(store: Any) -> None:
+    gone = store.create_session().id
+    store.append(gone, [Message.user("quokka quokka quokka") for _ in range(5)])
+    kept = store.create_session().id
+    store.append(kept, [Message.user("a quokka, once")])
+    store.delete_session(gone)
+    first = store.search("quokka", limit=3)
+    assert [(h.session_id, h.seq) for h in first] == [(kept, 1)]
+    assert store.search("quokka", limit=3, offset=1) == []
+
+
+def test_a_fork_of_a_deleted_parent_searches_what_it_inherited(store: Any) -> None:
+    parent = store.create_session().id
+    store.append(parent, [Message.user("the axolotl migration"), Message.assistant("ok")])
+    fork = store.fork(parent, 2)
+    store.append(fork.id, [Message.user("continue the axolotl work")])
+    store.delete_session(parent)
+    found = {(h.session_id, h.seq) for h in store.search("axolotl", session_id=fork.id)}
+    assert found == {(parent, 1), (fork.id, 3)}
+    # The whole tenant's search leaves the deleted parent's own events out.
+    assert {(h.session_id, h.seq) for h in store.search("axolotl")} == {(fork.id, 3)}
+
+
+def test_ranks_do_not_depend_on_other_tenants_documents(store: Any) -> None:
+    sid = store.create_session().id
+    store.append(
+        sid,
+        [
+            Message.user("the pangolin escaped"),
+            Message.user("pangolin pangolin: two pangolin sightings near the pangolin house"),
+            Message.user("a long note that mentions the pangolin once among many other words"),
+        ],
+    )
+    before = [(h.seq, h.rank) for h in store.search("pangolin")]
+    other = store.with_tenant(f"other-{uuid.uuid4().hex}")
+    osid = other.create_session().id
+    other.append(osid, [Message.user(f"pangolin report {i}") for i in range(300)])
+    other.append(osid, [Message.user(f"unrelated words {i} " * 30) for i in range(300)])
+    assert other.search("pangolin", limit=1)
+    after = [(h.seq, h.rank) for h in store.search("pangolin")]
+    assert after == before
+    assert before[0][0] == 2  # the document about it ranks first
+
+
+def test_a_purge_waits_for_an_indexer_that_read_the_erased_text(db_url: str) -> None:
+    """A purge that committed while an indexer held the erased text in hand left the
+    words searchable for good (the indexer wrote them after the purge's delete)."""
+    import threading
+    import time
+
+    from sqlalchemy import text
+
+    from eventstore import EventStore
+
+    store = EventStore(db_url, tenant=f"t-{uuid.uuid4().hex}", upgrade=True)
+    try:
+        sid = store.create_session().id
+        store.append(sid, [Message.user("hello")])
+        store.search("hello")  # the tenant's progress row exists
+        store.append(sid, [Message.user("my secret is zebracorn")])
+        errors: list[BaseException] = []
+
+        def run(fn: Any) -> threading.Thread:
+            def body() -> None:
+                try:
+                    fn()
+                except BaseException as exc:  # pragma: no cover - reported below
+                    errors.append(exc)
+
+            t = threading.Thread(target=body)
+            t.start()
+            return t
+
+        if store.dialect == "postgresql":
+            # Hold the indexer after it read the payload and wrote its words, before it
+            # commits: it waits for the progress row this transaction locks.
+            with store.engine.connect() as conn, conn.begin():
+                conn.execute(
+                    text("SELECT 1 FROM search_progress WHERE tenant = :t FOR UPDATE"),
+                    {"t": store.tenant},
+                )
+                indexer = run(store.index_search)
+                time.sleep(1.0)
+                purger = run(lambda: store.purge(sid))
+                time.sleep(1.0)
+            indexer.join(20)
+            purger.join(20)
+        else:
+            for t in [run(store.index_search), run(lambda: store.purge(sid))]:
+                t.join(20)
+        assert errors == []
+        assert store.search("zebracorn") == []
+    finally:
+        store.close()
+
+
+def test_purged_words_leave_no_trace_in_the_index_or_the_file(db_url: str, tmp_path: Any) -> None:
+    from sqlalchemy import text
+
+    from eventstore import EventStore
+
+    store = EventStore(db_url, tenant=f"t-{uuid.uuid4().hex}", upgrade=True)
+    try:
+        sid = store.create_session().id
+        keep = store.create_session().id
+        store.append(keep, [Message.user(f"ordinary words {i}") for i in range(50)])
+        store.append(sid, [Message.user("the password is qxzvwordlyk")])
+        assert store.search("qxzvwordlyk")
+        store.purge(sid)
+        assert store.search("qxzvwordlyk") == []
+        assert store.search("ordinary", limit=1)
+        with store.engine.connect() as conn:
+            if store.dialect == "postgresql":
+                left = conn.execute(
+                    text("SELECT count(*) FROM search_docs WHERE tsv @@ 'qxzvwordlyk'::tsquery")
+                ).scalar()
+                assert left == 0
+            else:
+                conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
+                blobs = conn.exec_driver_sql("SELECT block FROM search_fts_data").all()
+                assert not any(b"qxzvwordlyk" in bytes(b[0] or b"") for b in blobs)
+        if store.dialect == "sqlite":
+            store.close()
+            path = db_url.removeprefix("sqlite:///")
+            data = open(path, "rb").read()
+            assert b"qxzvwordlyk" not in data
+    finally:
+        store.close()

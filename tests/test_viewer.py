@@ -29,6 +29,9 @@ from eventstore import EventStore  # noqa: E402
 from eventstore.cli import cli  # noqa: E402
 from eventstore.cli.viewer import create_app  # noqa: E402
 
+#: The address the viewer answers by default (the TestClient default, testserver, is refused).
+LOCAL = "http://127.0.0.1:8765"
+
 
 @pytest.fixture
 def audit(db_url: str) -> AuditDb:
@@ -39,7 +42,7 @@ def audit(db_url: str) -> AuditDb:
 def client(audit: AuditDb) -> Iterator[TestClient]:
     store = EventStore(audit.url, tenant=audit.tenant, upgrade=False)
     try:
-        yield TestClient(create_app(store))
+        yield TestClient(create_app(store), base_url=LOCAL)
     finally:
         store.close()
 
@@ -219,7 +222,7 @@ def test_verify_in_the_background_for_big_sessions(
             return real_verify(*args, **kwargs)
 
         monkeypatch.setattr(store, "verify", gated_verify)
-        client = TestClient(create_app(store, inline_limit=3))
+        client = TestClient(create_app(store, inline_limit=3), base_url=LOCAL)
         first = client.get(f"/sessions/{audit.synthetic}/verify").text
         assert "in the background" in first and "/verify/result" in first
         gate.set()
@@ -269,7 +272,9 @@ def test_a_tampered_event_shows_a_visible_verify_failure(db_url: str, tmp_path: 
             )
             tampered = _tamper(store, tmp_path, sql, v=8)
             try:
-                page = TestClient(create_app(tampered)).get(f"/sessions/{audit.synthetic}/verify")
+                page = TestClient(create_app(tampered), base_url=LOCAL).get(
+                    f"/sessions/{audit.synthetic}/verify"
+                )
                 assert page.status_code == 200
                 assert "FAILED" in page.text and "seq 8: hash mismatch" in page.text
                 assert "hash chain" in page.text
@@ -296,3 +301,176 @@ def test_serve_refuses_a_missing_database_and_names_the_extra(tmp_path: Path) ->
         serve.VIEWER_MODULES = original
     assert result.exit_code == 1
     assert 'pip install "agent-eventstore[viewer]"' in result.output
+
+
+def test_requests_naming_another_host_or_origin_are_refused(client: TestClient) -> None:
+    # DNS rebinding: a page at evil.example whose name now resolves to 127.0.0.1 sends
+    # its requests with Host: evil.example (and its own Origin).
+    assert client.get("/").status_code == 200
+    assert client.get("/", headers={"Host": "localhost:8765"}).status_code == 200
+    assert client.get("/", headers={"Host": "[::1]:8765"}).status_code == 200
+    for headers in (
+        {"Host": "evil.example:8765"},
+        {"Host": "evil.example"},
+        {"Host": "127.0.0.1.evil.example"},
+        {"Origin": "http://evil.example:8765"},
+        {"Origin": "null"},
+    ):
+        r = client.get("/", headers=headers)
+        assert r.status_code == 421, headers
+        assert "--allow-host" in r.text and "session" not in r.text.lower()
+    r = client.get("/sessions/x/export.jsonl", headers={"Host": "evil.example"})
+    assert r.status_code == 421
+    assert client.get("/", headers={"Origin": "http://127.0.0.1:8765"}).status_code == 200
+
+
+def test_allow_host_adds_a_name_and_the_cli_passes_it(audit: AuditDb) -> None:
+    store = EventStore(audit.url, tenant=audit.tenant, upgrade=False)
+    try:
+        app = create_app(store, allowed_hosts=["127.0.0.1", "viewer.internal"])
+        client = TestClient(app, base_url="http://viewer.internal:8765")
+        assert client.get("/").status_code == 200
+        assert client.get("/", headers={"Host": "other.internal"}).status_code == 421
+    finally:
+        store.close()
+    result = CliRunner().invoke(cli, ["serve", "--help"])
+    assert "--allow-host" in result.output
+
+
+def test_every_response_carries_the_security_headers(client: TestClient, audit: AuditDb) -> None:
+    for url in ("/", f"/sessions/{audit.synthetic}", "/static/viewer.css", "/nowhere"):
+        r = client.get(url)
+        assert r.headers["x-content-type-options"] == "nosniff", url
+        assert r.headers["x-frame-options"] == "DENY", url
+        csp = r.headers["content-security-policy"]
+        assert "frame-ancestors 'none'" in csp and "script-src 'self'" in csp, url
+    assert client.post("/").headers["x-frame-options"] == "DENY"
+    assert client.get("/", headers={"Host": "evil.example"}).headers["x-frame-options"] == "DENY"
+    # No inline script handler the policy would block.
+    page = client.get(f"/sessions/{audit.synthetic}/verify").text
+    assert "onclick" not in page
+
+
+def test_head_of_an_export_reads_nothing(client: TestClient, audit: AuditDb) -> None:
+    store = client.app.state.viewer.store  # type: ignore[attr-defined]
+    reads: list[str] = []
+    original = store.read
+
+    def counting_read(*args: Any, **kwargs: Any) -> Any:
+        reads.append(args[0])
+        return original(*args, **kwargs)
+
+    store.read = counting_read
+    try:
+        r = client.head(f"/sessions/{audit.synthetic}/export.jsonl")
+        assert r.status_code == 200 and r.content == b""
+        assert r.headers["content-type"].startswith("application/x-ndjson")
+        assert "attachment" in r.headers["content-disposition"]
+        assert reads == []
+        missing = "/sessions/00000000-0000-0000-0000-000000000000/export.jsonl"
+        assert client.head(missing).status_code == 404
+        assert client.get(f"/sessions/{audit.synthetic}/export.jsonl").status_code == 200
+        assert reads  # the GET does read the log
+    finally:
+        store.read = original
+
+
+def test_aborted_export_downloads_leave_no_thread_behind(db_url: str) -> None:
+    import socket
+
+    import uvicorn
+
+    from eventstore import Message
+
+    tenant = f"t-{uuid.uuid4().hex}"
+    store = EventStore(db_url, tenant=tenant, upgrade=True)
+    sid = store.create_session(title="big export").id
+    # About 12 MB of JSONL: far more than the socket buffers hold.
+    for start in range(0, 3000, 500):
+        store.append(sid, [Message.user(f"{i} " + "x" * 4000) for i in range(start, start + 500)])
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    srv = uvicorn.Server(
+        uvicorn.Config(create_app(store), host="127.0.0.1", port=port, log_level="warning")
+    )
+    thread = threading.Thread(target=srv.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not srv.started:
+        assert time.monotonic() < deadline, "the viewer did not start"
+        time.sleep(0.05)
+
+    def pooled(t: threading.Thread) -> bool:
+        return "AnyIO worker" in t.name or "asyncio" in t.name
+
+    try:
+        before = {t.ident for t in threading.enumerate()}
+        request = (
+            f"GET /sessions/{sid}/export.jsonl HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n"
+        ).encode()
+        for _ in range(5):
+            with socket.create_connection(("127.0.0.1", port)) as conn:
+                conn.sendall(request)
+                assert b"200 OK" in conn.recv(4096)
+            # closed after the first bytes: the download is aborted
+        head = request.replace(b"GET", b"HEAD")
+        for _ in range(5):
+            with socket.create_connection(("127.0.0.1", port)) as conn:
+                conn.sendall(head)
+                assert b"200 OK" in conn.recv(4096)
+        deadline = time.monotonic() + 10
+        while True:
+            left = [t for t in threading.enumerate() if t.ident not in before and not pooled(t)]
+            if not left or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert left == [], f"threads still running after aborted downloads: {left}"
+        # And a whole download still works.
+        with socket.create_connection(("127.0.0.1", port)) as conn:
+            conn.sendall(request.replace(b"\r\n\r\n", b"\r\nConnection: close\r\n\r\n"))
+            got = b""
+            while chunk := conn.recv(1 << 16):
+                got += chunk
+        assert got.count(b'"seq"') == 3000
+    finally:
+        srv.should_exit = True
+        thread.join(10)
+        store.close()
+
+
+def test_the_index_pages_sessions_in_the_database(db_url: str) -> None:
+    tenant = f"t-{uuid.uuid4().hex}"
+    store = EventStore(db_url, tenant=tenant, upgrade=True)
+    try:
+        ids = [
+            store.create_session(title=f"task {i}{' needle_x' if i % 50 == 0 else ''}").id
+            for i in range(230)
+        ]
+        gone = store.create_session(title="deleted needle_x").id
+        store.delete_session(gone)
+
+        def no_full_listing(*args: Any, **kwargs: Any) -> Any:
+            raise AssertionError("the index must not load every session")
+
+        store.list_sessions = no_full_listing  # type: ignore[method-assign]
+        client = TestClient(create_app(store), base_url=LOCAL)
+        first = client.get("/").text
+        assert "230 sessions" in first and ids[-1] in first and ids[0] not in first
+        assert first.count('class="session-row"') == 100
+        seen, page = [], first
+        while True:
+            seen += re.findall(r'data-session="([^"]+)"', page)
+            nxt = re.search(r'href="(/\?q=&(?:amp;)?after=[^"]+)">next', page)
+            if nxt is None:
+                break
+            page = client.get(nxt.group(1).replace("&amp;", "&")).text
+        assert seen == ids[::-1]  # every session once, newest first, over three pages
+        assert page.count('class="session-row"') == 30 and "page 3" in page
+        found = client.get("/?q=NEEDLE_X").text
+        assert "5 sessions" in found and gone not in found
+        assert found.count('class="session-row"') == 5
+        # LIKE wildcards in the filter are literal characters.
+        assert "0 sessions" in client.get("/?q=%25").text
+    finally:
+        store.close()

@@ -47,13 +47,14 @@ def eligible(encoded: Sequence[Encoded], idempotency_key: str | None, pg: bool) 
         return False
     if pg and len(encoded) > postgres.MAX_GUARDED_BATCH:
         return False
-    # Both in C loops: a 1,000-event batch is scanned in a few microseconds. (A prune's
-    # kind is "prune" whatever its class, as an Encoded's kind is its event's.)
-    return "prune" not in map(_KIND, encoded) and not any(map(_BLOBS, encoded))
+    # In C loops: a 1,000-event batch is scanned in a few microseconds. (A prune's kind is
+    # "prune" whatever its class, as an Encoded's kind is its event's.) A batch naming a
+    # blob goes the locked way, which stores its bytes or checks the user holds it.
+    return "prune" not in map(_KIND, encoded) and not any(map(_NAMED, encoded))
 
 
 _KIND = attrgetter("kind")
-_BLOBS = attrgetter("blobs")
+_NAMED = attrgetter("named")
 
 
 def known_head(

@@ -105,10 +105,12 @@ def write(
     *,
     expected_seq: int | None,
     idempotency_key: str | None,
+    hashes: Sequence[str] | None = None,
 ) -> AppendResult:
     """Append ``encoded`` in the caller's transaction: lock the head, replay or refuse a
     reused idempotency key, check ``expected_seq``, insert the rows, store attachments,
-    apply prunes and move the head."""
+    apply prunes and move the head. ``hashes``: each event's recorded hash (see
+    :class:`~.rows.Rows`)."""
     head, head_hash = lock_head(conn, tenant, session_id)
     check_text("idempotency_key", idempotency_key, 255)
     batch_hash = batch_digest(encoded) if idempotency_key is not None else None
@@ -137,10 +139,11 @@ def write(
         raise ConflictError(session_id, expected_seq, head)
     if not encoded:
         return AppendResult(seqs=[], head_seq=head)
+    blobs.check_named(conn, tenant, session_id, encoded)  # before the batch's own rows
     rows = Rows(
         session_id, head, head_hash, encoded, utcnow(),
         sqlite=conn.dialect.name == "sqlite",
-        idempotency_key=idempotency_key, batch_hash=batch_hash,
+        idempotency_key=idempotency_key, batch_hash=batch_hash, hashes=hashes,
     )  # fmt: skip
     insert_rows(conn, rows)
     attached = {d: b for enc in encoded for d, b in enc.blobs.items()}

@@ -59,6 +59,9 @@ class Rows:
         sqlite: Rows for SQLite (``created_at`` as its column text) or Postgres.
         idempotency_key: Stored on the batch's first event, with the batch's size and
             ``batch_hash`` (see :func:`~eventstore.codec.batch_digest`).
+        hashes: Each event's hash as recorded elsewhere, instead of the chain's: an
+            export of a purged log, whose redacted events keep their original hashes
+            (the purge records prove them).
     """
 
     def __init__(
@@ -72,8 +75,10 @@ class Rows:
         sqlite: bool,
         idempotency_key: str | None = None,
         batch_hash: str | None = None,
+        hashes: Sequence[str] | None = None,
     ) -> None:
         self.session_id, self.encoded, self.now, self.sqlite = session_id, encoded, now, sqlite
+        self.hashes = hashes
         self.idempotency_key, self.batch_hash = idempotency_key, batch_hash
         self.head, self.seq, self.head_hash = head, head, head_hash
         self.parts: list[tuple[Any, ...]] = []
@@ -92,6 +97,7 @@ class Rows:
         # Each distinct time formatted once (a batch usually shares one).
         stamps: dict[datetime, tuple[str, Any]] = {}
         add_part = self.parts.append
+        given = self.hashes
         created = now
         for i, enc in enumerate(encoded):
             seq += 1
@@ -107,7 +113,10 @@ class Rows:
             if got is None:
                 got = stamps[created] = time_texts(created, sqlite)
             kind, payload = enc.kind, enc.payload
-            prev = chain_hash_ts(prev, seq, event_id, kind, got[0], payload)
+            if given is None:
+                prev = chain_hash_ts(prev, seq, event_id, kind, got[0], payload)
+            else:
+                prev = given[i]
             if type(evt) is not Message:  # a message names no other seq
                 check_references(evt, seq, f"events[{i}].")
                 if isinstance(evt, Prune):

@@ -1,7 +1,9 @@
 """Purging content for retention and erasure, with the hash chain still verifiable.
 
 The log is append-only: database triggers reject any change to ``events``. A purge is the
-one explicit way past them. In one transaction it
+one explicit way past them, for its own session's payloads only (a transaction-local
+setting on Postgres, a marker row only its transaction sees on SQLite; no DDL, so no
+other writer waits). In one transaction it
 
 1. replaces the payload of each event in the range with a *redacted* payload of the same
    kind and shape: message roles, part types, tool call ids and names and result states
@@ -29,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import select, text, update
 from sqlalchemy.engine import Connection
+from sqlalchemy.exc import DBAPIError
 
 from .. import _sql
 from .._append import locked
@@ -57,7 +60,8 @@ from ..events import (
     ToolResultPart,
     utcnow,
 )
-from ..schema import SQLITE_TRIGGERS, blobs, events, kind_is, sessions
+from ..schema import blobs, events, kind_is, purge_marks, session_keys, sessions
+from . import search
 
 if TYPE_CHECKING:
     from ..codec import Encoded
@@ -70,6 +74,7 @@ __all__ = [
     "payloads_digest",
     "is_redacted",
     "records",
+    "purge_count",
     "range_rows",
 ]
 
@@ -104,6 +109,14 @@ def records(conn: Connection, owners: Sequence[str]) -> list[tuple[str, int, Pur
         assert isinstance(evt, Purge)
         out.append((r.session_id, r.seq, evt))
     return out
+
+
+def purge_count(conn: Connection, tenant: str, session_id: str) -> int:
+    """How many purge records the session's lineage holds: ``verify`` compares it before
+    and after its walk, which reads a page per transaction, to know whether a purge
+    committed meanwhile (and rewrote pages it planned against the records read first)."""
+    segments, _head = _sql.lineage_and_head(conn, tenant, session_id, include_deleted=True)
+    return len(records(conn, [seg.owner for seg in segments]))
 
 
 def range_rows(conn: Connection, owner: str, lo: int, hi: int) -> list[Any]:
@@ -196,19 +209,23 @@ def is_redacted(kind: str, payload: str) -> bool:
     return encode_event(redact(evt)) == payload
 
 
-def _guards(conn: Connection, on: bool) -> None:
-    """Switch the append-only guard on ``events`` off and on again, inside the purge's
-    transaction (DDL is transactional on both backends: a failed purge leaves it on)."""
+def _guards(conn: Connection, session_id: str, on: bool) -> None:
+    """Let this transaction change the payloads of ``session_id``'s events (``on=False``)
+    or no longer (``on=True``). No DDL: the append-only trigger itself lets a purge through
+    for the session it names and for nothing but the payload, so other sessions' writers
+    never wait for the table (a transaction-local setting on Postgres, a row of
+    ``purge_marks`` that only this transaction sees on SQLite)."""
     if conn.dialect.name == "postgresql":
-        if is_distributed(conn, fresh=True):  # a purge is rare, and Citus needs the leave
-            # Citus changes triggers of a distributed table only when told it may (the
-            # guard reads one row of its own shard; see distribution.distribute_citus).
-            conn.execute(text("SET LOCAL citus.enable_unsafe_triggers = on"))
-        verb = "ENABLE" if on else "DISABLE"
-        conn.execute(text(f"ALTER TABLE events {verb} TRIGGER events_append_only"))
+        if is_distributed(conn, fresh=True):  # the workers' triggers read the setting too
+            conn.execute(text("SET LOCAL citus.propagate_set_commands = local"))
+        # SET LOCAL (not set_config) so that Citus passes it on; a quoted literal.
+        value = "" if on else session_id.replace("'", "''")
+        conn.exec_driver_sql(f"SET LOCAL eventstore.purging = '{value}'")
         return
-    ddl = dict(SQLITE_TRIGGERS)["events_append_only_update"]
-    conn.execute(text(ddl if on else "DROP TRIGGER IF EXISTS events_append_only_update"))
+    if on:
+        conn.execute(purge_marks.delete().where(purge_marks.c.session_id == session_id))
+    else:
+        conn.execute(purge_marks.insert(), {"session_id": session_id})
 
 
 def purge_rows(
@@ -218,8 +235,15 @@ def purge_rows(
     through_seq: int | None,
     reason: str | None,
     counter: TokenCounter,
+    session_fields: bool = False,
 ) -> tuple[int, Purge | None, int, str | None]:
     """The purge itself; returns (record seq or 0, record, new head, new head hash)."""
+    # Before anything is read: an indexer that read a payload this purge erases commits
+    # its words first (and the purge deletes them), or reads the erased payload after.
+    search.index_lock(conn, tenant)
+    if conn.dialect.name == "sqlite":
+        # Pages the purge frees or rewrites are zeroed, not left holding the old content.
+        conn.exec_driver_sql("PRAGMA secure_delete = ON")
     segments, head = _sql.lineage_and_head(conn, tenant, session_id, include_deleted=True)
     lock = select(sessions.c.head_seq, sessions.c.head_hash).where(sessions.c.id == session_id)
     if conn.dialect.name == "postgresql":
@@ -248,11 +272,13 @@ def purge_rows(
     )
     done = [(rec.from_seq, rec.to_seq) for _owner, _seq, rec in records(conn, [session_id])]
     todo = [r for r in rows if r.kind != "purge" and not any(lo <= r.seq <= hi for lo, hi in done)]
+    if session_fields:
+        erase_fields(conn, tenant, session_id)
     if not todo:
         return 0, None, head, head_hash
     refs: set[str] = set()
     payloads: list[str] = []
-    _guards(conn, on=False)
+    _guards(conn, session_id, on=False)
     for r in todo:
         evt = decode_event(r.kind, r.payload, "0", utcnow())
         refs.update(blob_refs(evt))
@@ -263,7 +289,7 @@ def purge_rows(
             .where(events.c.session_id == session_id, events.c.seq == r.seq)
             .values(payload=payload, size=len(payload.encode("utf-8")))
         )
-    _guards(conn, on=True)
+    _guards(conn, session_id, on=True)
     record = Purge(
         from_seq=todo[0].seq,
         to_seq=todo[-1].seq,
@@ -283,8 +309,48 @@ def purge_rows(
     return new_head, record, new_head, new_hash
 
 
+def erase_fields(conn: Connection, tenant: str, session_id: str) -> None:
+    """Erase what the session row holds about its subject: title, metadata, the caller's
+    key (and its entry in ``session_keys``, so the name is free again) and the user id.
+    The id, lineage, head and times stay: the log and its audit need them."""
+    row = conn.execute(
+        select(sessions.c.key_digest).where(
+            sessions.c.id == session_id, sessions.c.tenant == tenant
+        )
+    ).one()
+    if row.key_digest is not None:
+        conn.execute(
+            session_keys.delete().where(
+                session_keys.c.tenant == tenant,
+                session_keys.c.key_digest == row.key_digest,
+                session_keys.c.session_id == session_id,
+            )
+        )
+    conn.execute(
+        update(sessions)
+        .where(sessions.c.id == session_id, sessions.c.tenant == tenant)
+        .values(title=None, metadata="{}", key=None, key_digest=None, user_id=None)
+    )
+
+
 def _forget_search(conn: Connection, session_id: str, seqs: list[int]) -> None:
-    table = "search_docs" if conn.dialect.name == "postgresql" else "search_fts"
+    """Delete the purged events' search documents so that no trace of their words stays
+    in the index. FTS5 deletes by appending delete markers to new segments, leaving the
+    words in the old ones until a merge: where SQLite has FTS5's ``secure-delete`` option
+    (3.42+) it is turned on first, so the deletes remove the words from the segments;
+    elsewhere the index is merged into one segment afterwards (``optimize``). Freed pages
+    are zeroed (``secure_delete``, set for the purge's connection by :func:`purge_rows`)."""
+    pg = conn.dialect.name == "postgresql"
+    table = "search_docs" if pg else "search_fts"
+    merge = False
+    if not pg:
+        try:
+            with conn.begin_nested():
+                conn.execute(
+                    text("INSERT INTO search_fts(search_fts, rank) VALUES ('secure-delete', 1)")
+                )
+        except DBAPIError:  # an SQLite before 3.42
+            merge = True
     for i in range(0, len(seqs), 500):
         chunk = seqs[i : i + 500]
         marks = ", ".join(f":s{j}" for j in range(len(chunk)))
@@ -292,6 +358,8 @@ def _forget_search(conn: Connection, session_id: str, seqs: list[int]) -> None:
             text(f"DELETE FROM {table} WHERE session_id = :sid AND seq IN ({marks})"),
             {"sid": session_id, **{f"s{j}": s for j, s in enumerate(chunk)}},
         )
+    if merge:
+        conn.execute(text("INSERT INTO search_fts(search_fts) VALUES ('optimize')"))
 
 
 def _forget_blobs(conn: Connection, tenant: str, refs: set[str]) -> None:
@@ -317,7 +385,12 @@ class PurgeMethods:
     _heads: Any
 
     def purge(
-        self, session_id: str, *, through_seq: int | None = None, reason: str | None = None
+        self,
+        session_id: str,
+        *,
+        through_seq: int | None = None,
+        reason: str | None = None,
+        session_fields: bool = False,
     ) -> Purge | None:
         """Remove the content of the session's events up to ``through_seq`` (default: all),
         for retention rules and erasure requests. Deleted sessions can be purged too.
@@ -328,6 +401,10 @@ class PurgeMethods:
         events as purged. Search-index rows and attachment blobs of the purged events go
         too. Returns the record, or ``None`` when nothing was left to purge. A fork's
         inherited events belong to the session it was forked from: purge that one.
+
+        With ``session_fields`` the session row's own personal data goes too, in the same
+        transaction: its title, metadata, key (the name is free again) and user id. This
+        is what an erasure request needs; a retention rule over old events leaves them.
         """
         if through_seq is not None and (
             isinstance(through_seq, bool) or not isinstance(through_seq, int)
@@ -343,6 +420,7 @@ class PurgeMethods:
                 through_seq,
                 reason,
                 self.token_counter,
+                session_fields=bool(session_fields),
                 write=True,
             )
         if record is not None:

@@ -12,12 +12,26 @@ it: message text, tool call names and arguments, tool outputs (a pruned output i
 found: pruning hides it from views, not from the log), condensation summaries and queued
 messages. Text is normalized to words (``\\w+``) on both backends, so a query finds the
 same events on SQLite and Postgres; a query is words (all must occur) and ``"quoted
-phrases"`` (words in that order). Ranking is the backend's (BM25 on SQLite,
-``ts_rank`` on Postgres), ties broken by recency.
+phrases"`` (words in that order). A document is indexed up to the words that fit one
+Postgres ``tsvector`` (about 1 MB of distinct words: a huge tool output of distinct tokens,
+such as a lock file, is indexed from its start, on both backends alike, and the cut is
+logged on ``eventstore.search``); search never fails on a large document.
+
+Ranking uses nothing but the document and the query, so no tenant's documents move
+another's ranks: ``ts_rank`` on Postgres, and on SQLite BM25's term-frequency part with a
+fixed average length (FTS5's own ``bm25()`` weighs terms by statistics over the whole
+table, every tenant's documents included). Ties are broken by recency. Hits of deleted
+sessions are left out before the page is cut; a fork's search includes the history it
+inherited, even from a deleted parent.
+
+The index is written under the tenant's lock (Postgres: an advisory lock, SQLite: the
+write lock), which :meth:`~eventstore.EventStore.purge` takes too: a purge never commits
+between the indexer's read of a payload and its write of the words.
 """
 
 from __future__ import annotations
 
+import logging
 import re
 import zlib
 from collections.abc import Callable, Sequence
@@ -33,7 +47,9 @@ from ..events import Condensation, Event, Message, Queued
 from ..schema import search_progress
 from . import feed
 
-__all__ = ["SearchMethods", "SearchHit", "search_text", "INDEX_PAGE"]
+__all__ = ["SearchMethods", "SearchHit", "search_text", "INDEX_PAGE", "index_lock", "indexable"]
+
+log = logging.getLogger("eventstore.search")
 
 T = TypeVar("T")
 
@@ -43,6 +59,11 @@ _MAX_LIMIT = 1_000
 _WORD = re.compile(r"\w+")
 _PHRASE = re.compile(r'"([^"]*)"')
 _SNIPPET = 160
+#: What one document's words may take in a Postgres tsvector (its limit is 1 MiB - 1).
+TSVECTOR_BUDGET = 900_000
+# BM25's term-frequency saturation and length normalization, against a fixed average
+# document length (words) instead of one measured over the table.
+_K1, _B, _AVGDL = 1.2, 0.75, 64.0
 
 
 class SearchHit(BaseModel):
@@ -103,42 +124,37 @@ def _lock_key(tenant: str) -> int:
     return zlib.crc32(b"eventstore-search:" + tenant.encode("utf-8", "surrogatepass")) | (2 << 40)
 
 
-#: Largest document body (UTF-8 bytes) handed to Postgres' ``to_tsvector``, whose result
-#: may not exceed 1 MB: a tsvector takes at most about five times its text's bytes.
-PG_BODY_BYTES = 200_000
+def index_lock(conn: Connection, tenant: str) -> None:
+    """Take the tenant's search-index lock for the transaction (Postgres; a SQLite writer
+    already holds the database's). The indexer holds it from reading the feed to writing
+    the words, and a purge from its first read to its commit."""
+    if conn.dialect.name == "postgresql":
+        conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _lock_key(tenant)})
 
 
-def pg_body(body: str) -> str:
-    """``body`` bounded for a Postgres tsvector.
-
-    A short body is kept whole. A long one (a multi-megabyte build log) keeps its first
-    half-budget verbatim, so phrases there are found as on SQLite, then each further
-    distinct word once, in order of first appearance, until the budget is spent: every
-    word of the event stays findable unless the event holds more distinct words than fit.
-    Without this bound one big tool output fails the indexing transaction, and with it
-    every later search of the tenant.
-    """
-    if len(body) * 4 <= PG_BODY_BYTES or len(body.encode("utf-8")) <= PG_BODY_BYTES:
-        return body
-    head = body.encode("utf-8")[: PG_BODY_BYTES // 2].decode("utf-8", "ignore")
-    head = head[: head.rfind(" ")] if " " in head else head
-    seen = set(head.split())
-    out, size = [head], len(head.encode("utf-8"))
-    for word in body[len(head) :].split():
-        if word not in seen:
-            seen.add(word)
-            size += len(word.encode("utf-8")) + 1
-            if size > PG_BODY_BYTES:
-                break
-            out.append(word)
-    return " ".join(out)
+def indexable(words: list[str]) -> tuple[list[str], bool]:
+    """The leading words of a document that fit one Postgres ``tsvector``
+    (:data:`TSVECTOR_BUDGET`), and whether any were left out. Each distinct word costs its
+    UTF-8 bytes and an entry header, each occurrence a position (at most 256 are kept)."""
+    seen: dict[str, int] = {}
+    size = 0
+    for i, w in enumerate(words):
+        n = seen.get(w)
+        if n is None:
+            seen[w] = 1
+            size += len(w.encode("utf-8", "surrogatepass")) + 10
+        elif n < 256:
+            seen[w] = n + 1
+            size += 2
+        if size > TSVECTOR_BUDGET:
+            return words[:i], True
+    return words, False
 
 
 def index_page(conn: Connection, tenant: str, page: int = INDEX_PAGE) -> int:
     """Index up to ``page`` feed events past the tenant's progress; returns how many."""
     pg = conn.dialect.name == "postgresql"
-    if pg:
-        conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _lock_key(tenant)})
+    index_lock(conn, tenant)
     row = conn.execute(
         select(search_progress.c.position).where(search_progress.c.tenant == tenant)
     ).first()
@@ -148,9 +164,16 @@ def index_page(conn: Connection, tenant: str, page: int = INDEX_PAGE) -> int:
         return 0
     docs = []
     for item in items:
-        body = " ".join(_words(search_text(item.stored.event)))
-        if pg:
-            body = pg_body(body)
+        words, cut = indexable(_words(search_text(item.stored.event)))
+        if cut:
+            log.warning(
+                "session %s seq %d: indexed for search up to word %d of its text (the rest "
+                "does not fit one document)",
+                item.session_id,
+                item.stored.seq,
+                len(words),
+            )
+        body = " ".join(words)
         if body:
             docs.append(
                 {"tenant": tenant, "sid": item.session_id, "seq": item.stored.seq, "body": body}
@@ -203,10 +226,18 @@ def query(
     limit: int,
     offset: int,
 ) -> list[tuple[str, int, float]]:
-    """(session_id, seq, rank) of the best matches, best first."""
+    """(session_id, seq, rank) of the best matches, best first. Without ``segments`` (the
+    whole tenant) deleted sessions' documents are left out before the page is cut; with
+    them (one session's lineage) every segment counts, a deleted ancestor's included."""
     pg = conn.dialect.name == "postgresql"
     scope, params = _scope(segments, pg)
     params.update({"tenant": tenant, "limit": limit, "offset": offset})
+    live = ""
+    if segments is None:
+        live = (
+            " AND NOT EXISTS (SELECT 1 FROM sessions s WHERE s.id = {t}.session_id"
+            " AND s.deleted_at IS NOT NULL)"
+        )
     if pg:
         params["q"] = " & ".join("(" + " <-> ".join(g) + ")" for g in groups)
         # Match through the GIN index first, then scope: left to itself the planner may
@@ -216,18 +247,28 @@ def query(
             "m AS MATERIALIZED (SELECT session_id, seq, tsv FROM search_docs, q "
             "WHERE tenant = :tenant AND tsv @@ q.q) "
             "SELECT session_id, seq, ts_rank(tsv, q.q) AS rank FROM m, q "
-            f"WHERE true{scope} "
+            f"WHERE true{scope}{live.format(t='m')} "
             "ORDER BY rank DESC, session_id DESC, seq DESC LIMIT :limit OFFSET :offset"
         )
         return [(r.session_id, r.seq, float(r.rank)) for r in conn.execute(text(sql), params)]
     params["q"] = " ".join('"' + " ".join(g) + '"' for g in groups)
+    # BM25's per-document part, from the document alone: each query word's frequency
+    # (counted in the body with its spaces doubled, so that matches cannot overlap) and
+    # the document's length in words.
+    terms = sorted({w for g in groups for w in g})
+    parts = []
+    for i, w in enumerate(terms):
+        params[f"w{i}"] = f" {w} "
+        tf = f"((length(b2) - length(replace(b2, :w{i}, ''))) / {len(w) + 2}.0)"
+        parts.append(f"({tf} * {_K1 + 1} / ({tf} + {_K1} * ({1 - _B} + {_B} * dl / {_AVGDL})))")
     sql = (
-        "SELECT session_id, seq, bm25(search_fts) AS rank FROM search_fts "
-        f"WHERE search_fts MATCH :q AND tenant = :tenant{scope} "
-        "ORDER BY rank, session_id DESC, seq DESC LIMIT :limit OFFSET :offset"
+        f"SELECT session_id, seq, {' + '.join(parts)} AS rank FROM ("
+        "SELECT session_id, seq, ' ' || replace(body, ' ', '  ') || ' ' AS b2, "
+        "length(body) - length(replace(body, ' ', '')) + 1 AS dl FROM search_fts "
+        f"WHERE search_fts MATCH :q AND tenant = :tenant{scope}{live.format(t='search_fts')}"
+        ") ORDER BY rank DESC, session_id DESC, seq DESC LIMIT :limit OFFSET :offset"
     )
-    # bm25() is lower for better matches: negate it so that higher is better everywhere.
-    return [(r.session_id, int(r.seq), -float(r.rank)) for r in conn.execute(text(sql), params)]
+    return [(r.session_id, int(r.seq), float(r.rank)) for r in conn.execute(text(sql), params)]
 
 
 def _snippet(body: str, groups: list[list[str]]) -> str:
@@ -306,8 +347,10 @@ class SearchMethods:
         hits = []
         for sid, seq, rank in found:
             try:
-                stored = _sql.read_event(conn, self.tenant, sid, seq)
-            except NotFoundError:  # a deleted session: its history is not searched
+                # Through the searched session's lineage: a fork reads what it inherited
+                # from a deleted parent (the whole tenant's search has left those out).
+                stored = _sql.read_event(conn, self.tenant, session_id or sid, seq)
+            except NotFoundError:  # deleted since the query: not a hit
                 continue
             if stored is None:  # pragma: no cover - the index only holds stored events
                 continue

@@ -64,7 +64,7 @@ def log_cmd(
     """The events of SESSION: seq, time, kind, role, a preview and tokens."""
     from collections import deque
 
-    store = state.store()
+    store = state.store(read_only=True)
     s = resolve_session(store, session)
     last = min(to_seq, s.head_seq) if to_seq is not None else s.head_seq
     first = from_seq or 1
@@ -203,7 +203,7 @@ def view_cmd(
     as_json: bool,
 ) -> None:
     """What the model sees for SESSION: pinned head, summary, tail, and tokens."""
-    store = state.store()
+    store = state.store(read_only=True)
     s = resolve_session(store, session)
     if as_messages:
         emit_json(store.view(s.id, as_of=at_seq).to_messages())

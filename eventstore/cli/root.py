@@ -45,6 +45,14 @@ def _error_message(exc: Exception) -> str | None:
     """A one-line explanation with the fix, or ``None`` for a bug (shown as a traceback)."""
     from eventstore import EventStoreError, NotFoundError
 
+    text = str(getattr(exc, "orig", None) or exc)
+    if "readonly database" in text or "unable to open database file" in text:
+        return (
+            "the database cannot be written here (a read-only file, directory or mount) and "
+            "this command writes to it; commands that write: "
+            f"{WRITING_COMMANDS}. Every other command reads a read-only SQLite file (or pass "
+            "--db 'sqlite:///file:PATH?immutable=1&uri=true')"
+        )
     if isinstance(exc, NotFoundError):
         return (
             f"{exc}; list sessions with `eventstore sessions list` (and pass --tenant if the "
@@ -88,8 +96,11 @@ class State:
         self.tenant = tenant
         self._store: EventStore | None = None
 
-    def store(self, *, create: bool = False) -> EventStore:
-        """Open the store. Read commands refuse to create a missing SQLite file."""
+    def store(self, *, create: bool = False, read_only: bool = False) -> EventStore:
+        """Open the store. Read commands refuse to create a missing SQLite file, and
+        (``read_only``) open a SQLite file they cannot write read-only: ``mode=ro``, or
+        ``immutable=1`` when not even SQLite's shared-memory file can be made beside it
+        (a read-only mount, a backup copy); such a store is never upgraded."""
         if self._store is None:
             from eventstore import EventStore
             from eventstore.store import resolve_url
@@ -101,6 +112,12 @@ class State:
                     f"no database at {path}; pass --db (or set EVENTSTORE_URL) to point at "
                     "one, or create it with `eventstore db upgrade`"
                 )
+            if path is not None and (read_only or _is_read_only_uri(url)):
+                if not _is_read_only_uri(url) and not _writable(path):
+                    url = read_only_url(path)
+                if _is_read_only_uri(url):
+                    self._store = EventStore(url, tenant=self.tenant, upgrade=False)
+                    return self._store
             self._store = EventStore(url, tenant=self.tenant)
         return self._store
 
@@ -110,13 +127,67 @@ class State:
             self._store = None
 
 
+#: Commands that write to the database, for the message a read-only database gets
+#: (every other command only reads, and opens a read-only SQLite file read-only).
+WRITING_COMMANDS = (
+    "import, fork, purge, condense, prune, enqueue, dequeue, cancel, tail (numbers the "
+    "feed), search (indexes new events first), db upgrade, demo"
+)
+
+
 def _sqlite_path(url: str) -> Path | None:
+    """The file of a SQLite URL (``sqlite:///path`` or ``sqlite:///file:path?...&uri=true``),
+    or ``None`` for another database or memory."""
+    from urllib.parse import unquote
+
     from sqlalchemy.engine import make_url
 
     u = make_url(url)
     if u.get_backend_name() != "sqlite" or not u.database or u.database == ":memory:":
         return None
+    if u.query.get("uri") == "true" and u.database.startswith("file:"):
+        name = unquote(u.database.removeprefix("file:").split("?", 1)[0])
+        if name.startswith("//"):  # file://host/path: only an empty host is allowed
+            name = name[2:].partition("/")[2]
+            name = "/" + name
+        return None if name in ("", ":memory:") else Path(name)
     return Path(u.database)
+
+
+def _is_read_only_uri(url: str) -> bool:
+    from sqlalchemy.engine import make_url
+
+    q = make_url(url).query
+    return q.get("uri") == "true" and (q.get("mode") == "ro" or q.get("immutable") == "1")
+
+
+def _writable(path: Path) -> bool:
+    """Whether this process can write the file (asked of the file system itself: the
+    permission bits do not tell for root, an immutable file or a read-only mount)."""
+    try:
+        with open(path, "r+b"):
+            return True
+    except OSError:
+        return False
+
+
+def read_only_url(path: Path) -> str:
+    """A URL that opens the SQLite file at ``path`` read-only: ``mode=ro`` when SQLite can
+    open it so (it reads a WAL database through the shared-memory file beside it, seeing
+    other writers' commits), else ``immutable=1`` (nothing can change it meanwhile)."""
+    import sqlite3
+    from urllib.parse import quote
+
+    name = quote(str(path.resolve()))
+    try:
+        conn = sqlite3.connect(f"file:{name}?mode=ro", uri=True)
+        try:
+            conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        finally:
+            conn.close()
+        return f"sqlite:///file:{name}?mode=ro&uri=true"
+    except sqlite3.Error:
+        return f"sqlite:///file:{name}?immutable=1&uri=true"
 
 
 def fail(message: str) -> NoReturn:

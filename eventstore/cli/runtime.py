@@ -39,7 +39,7 @@ def enqueue_cmd(state: State, session: str, text: str, as_json: bool) -> None:
 @pass_state
 def pending_cmd(state: State, session: str, as_json: bool) -> None:
     """Messages queued for SESSION and not yet taken, oldest first."""
-    store = state.store()
+    store = state.store(read_only=True)
     sid = resolve_session(store, session).id
     waiting = store.pending(sid)
     if as_json:

@@ -28,35 +28,45 @@ def missing_viewer_modules() -> list[str]:
 def open_read_only(state: State) -> EventStore:
     """The store at ``--db``, opened without creating or upgrading anything.
 
-    A missing SQLite file is refused (a read-only viewer must not create one), and a schema
-    that is behind raises the library's error naming ``eventstore db upgrade``.
+    A missing SQLite file is refused (a read-only viewer must not create one), a file this
+    process cannot write is opened read-only (``mode=ro``, else ``immutable=1``), and a
+    schema that is behind raises the library's error naming ``eventstore db upgrade``.
     """
-    from sqlalchemy.engine import make_url
-
     from eventstore import EventStore
     from eventstore.store import resolve_url
 
-    url = resolve_url(state.url)
-    u = make_url(url)
-    if u.get_backend_name() == "sqlite" and u.database and u.database != ":memory:":
-        from pathlib import Path
+    from .root import _is_read_only_uri, _sqlite_path, _writable, read_only_url
 
-        if not Path(u.database).exists():
-            fail(f"no database at {u.database}; pass --db (or set EVENTSTORE_URL) to point at one")
+    url = resolve_url(state.url)
+    path = _sqlite_path(url)
+    if path is not None:
+        if not path.exists():
+            fail(f"no database at {path}; pass --db (or set EVENTSTORE_URL) to point at one")
+        if not _is_read_only_uri(url) and not _writable(path):
+            url = read_only_url(path)
     return EventStore(url, tenant=state.tenant, upgrade=False)
 
 
 @cli.command("serve")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
 @click.option("--port", default=8765, show_default=True, type=int, help="Port to listen on.")
+@click.option(
+    "--allow-host",
+    "allow_hosts",
+    multiple=True,
+    metavar="NAME",
+    help="Another name the viewer may be reached by (repeatable; the bound address and "
+    "localhost always are). Requests naming any other host are refused (DNS rebinding).",
+)
 @db_option
 @pass_state
-def serve_cmd(state: State, host: str, port: int) -> None:
+def serve_cmd(state: State, host: str, port: int, allow_hosts: tuple[str, ...]) -> None:
     """Serve a read-only web viewer of the tenant's sessions (GET only).
 
     Pages: the sessions table, each session's token chart and timeline, the view at any
     seq with its fingerprint, single events, verification and the JSONL export.
-    Binds to localhost unless --host says otherwise.
+    Binds to localhost unless --host says otherwise; answers only requests addressed to
+    that host, localhost or an --allow-host name.
     """
     missing = missing_viewer_modules()
     if missing:
@@ -64,13 +74,20 @@ def serve_cmd(state: State, host: str, port: int) -> None:
     import uvicorn
 
     from .viewer import create_app
+    from .viewer.app import LOOPBACK
 
     store = open_read_only(state)
-    app = create_app(store)
-    if host not in ("127.0.0.1", "localhost", "::1"):
+    app = create_app(store, allowed_hosts=[*LOOPBACK, host, *allow_hosts])
+    if host not in LOOPBACK:
         click.echo(
             f"warning: serving on {host}: anyone who can reach it can read the log", err=True
         )
+        if host in ("0.0.0.0", "::") and not allow_hosts:
+            click.echo(
+                "warning: requests must name an allowed host: add --allow-host with the "
+                "name or address clients use to reach this machine",
+                err=True,
+            )
     click.echo(
         f"eventstore viewer on http://{host}:{port}/ (tenant {state.tenant}); Ctrl-C stops it"
     )

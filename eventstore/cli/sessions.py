@@ -36,7 +36,7 @@ def sessions() -> None:
 @pass_state
 def sessions_list(state: State, user_id: str | None, limit: int, as_json: bool) -> None:
     """Sessions of the tenant, newest first."""
-    found = state.store().list_sessions(user_id=user_id, limit=limit or None)
+    found = state.store(read_only=True).list_sessions(user_id=user_id, limit=limit or None)
     if as_json:
         emit_json([session_dict(s) for s in found])
         return
@@ -59,7 +59,7 @@ def sessions_list(state: State, user_id: str | None, limit: int, as_json: bool) 
 @pass_state
 def sessions_show(state: State, session: str, as_json: bool) -> None:
     """A session's details: counts by kind, raw and current view tokens."""
-    store = state.store()
+    store = state.store(read_only=True)
     s = resolve_session(store, session)
     kinds: dict[str, int] = {}
     raw = 0
@@ -156,7 +156,7 @@ def verify_cmd(
     if key_file is not None:
         with open(key_file, "rb") as fp:
             key = fp.read().rstrip(b"\r\n")
-    store = state.store()
+    store = state.store(read_only=True)
     ids = (
         [s.id for s in store.list_sessions(limit=None)]
         if all_
@@ -257,7 +257,7 @@ def export_cmd(state: State, session: str, fmt: str, output: str | None, as_json
     """
     from eventstore.importers import export_jsonl
 
-    store = state.store()
+    store = state.store(read_only=True)
     s = resolve_session(store, session)
     fp = open(output, "w", encoding="utf-8") if output else sys.stdout  # noqa: SIM115
     try:
@@ -439,7 +439,7 @@ def stats_cmd(state: State, as_json: bool) -> None:
     """Totals for the tenant: sessions, events, bytes, condensations, tokens saved."""
     from eventstore import Condensation
 
-    store = state.store()
+    store = state.store(read_only=True)
     data = store.stats()
     raw_total = view_total = reduced = saved = added = 0
     for s in store.list_sessions(limit=None):

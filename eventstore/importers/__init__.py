@@ -57,7 +57,7 @@ from ._keyed import (
 )
 from ._loading import ImportFormatError, Transcript
 from ._writer import Progress, import_file, import_jsonl, import_transcripts
-from .jsonl import EXPORT_FORMAT, export_jsonl
+from .jsonl import EXPORT_FORMAT, export_jsonl, export_lines
 
 __all__ = [
     "AGENT_FORMATS",
@@ -70,6 +70,7 @@ __all__ = [
     "detect_agent_format",
     "detect_format",
     "export_jsonl",
+    "export_lines",
     "import_file",
     "import_jsonl",
     "import_transcript",

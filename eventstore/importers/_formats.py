@@ -5,7 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from ._loading import ImportFormatError, LoadedFile, Transcript, format_error, load_file
+from ._loading import (
+    ImportFormatError,
+    LoadedFile,
+    Transcript,
+    format_error,
+    load_file,
+    nesting_guard,
+)
 from .jsonl import EXPORT_FORMAT, parse_export
 from .mini_swe_agent import looks_mini, mini_transcript
 from .openai import openai_transcript
@@ -96,6 +103,11 @@ def load_transcripts(path: str | Path, format: Format | None = None) -> list[Tra
     Raises:
         ImportFormatError: Malformed input; the message names the file and line/record.
     """
+    with nesting_guard(str(path)):
+        return _load_transcripts(path, format)
+
+
+def _load_transcripts(path: str | Path, format: Format | None) -> list[Transcript]:
     fmt = format or detect_format(path)
     if fmt in ("claude-code", "codex", "gemini-cli", "aider", "cline"):
         from ._keyed import convert_transcript

@@ -8,6 +8,8 @@ whose message starts with the file and the line or record, so nothing is written
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,6 +42,9 @@ class Transcript:
     """Encoded size of each event, when already computed."""
     session_id: str | None = None
     """The session id to keep (exports only); ``None`` for a fresh one."""
+    purged: bool = False
+    """Some events are purged (exports only): their payloads are redacted and their hashes,
+    the originals', are proven by the purge records that follow them."""
 
 
 @dataclass
@@ -51,6 +56,21 @@ class LoadedFile:
 
 def format_error(where: str, msg: str) -> ImportFormatError:
     return ImportFormatError(f"{where}: {msg}")
+
+
+@contextmanager
+def nesting_guard(where: str) -> Iterator[None]:
+    """Turn a ``RecursionError`` (JSON nested thousands of levels deep, in the parser or
+    in the validation and encoding that walk the values) into an :class:`ImportFormatError`
+    naming the file."""
+    try:
+        yield
+    except RecursionError:
+        raise format_error(
+            where,
+            "the JSON is nested too deeply to import (deeper than the parser's recursion "
+            "limit); flatten the deepest values and import again",
+        ) from None
 
 
 def load_file(path: str | Path) -> LoadedFile:

@@ -21,14 +21,15 @@ from sqlalchemy.engine import Connection
 
 from .. import _sql
 from .._append import locked
-from ..codec import Encoded, encode_event
+from .._features.purge import hashes_digest
+from ..codec import Encoded, chain_hash, encode, encode_event
 from ..codec import new_id as fresh_id
 from ..errors import EventStoreError
-from ..events import Condensation, Message, Prune, ToolResultPart
+from ..events import Condensation, Event, Message, Prune, Purge, ToolResultPart
 from ..records import Session
 from ..store import EventStore
 from ._formats import Format, detect_format, load_transcripts
-from ._loading import ImportFormatError, Transcript, parse_text
+from ._loading import ImportFormatError, Transcript, nesting_guard, parse_text
 from .jsonl import parse_export
 
 Progress = Callable[[int, int], None]
@@ -75,6 +76,13 @@ def import_transcripts(
         for t, rows, sid in zip(transcripts, encoded, ids, strict=True):
             s = _create(conn, store, t, sid)
             head = 0
+            if t.purged and t.hashes:
+                _write_purged(conn, store, s.id, rows, t.hashes)
+                done += len(rows)
+                if progress:
+                    progress(done, total)
+                created.append(s.id)
+                continue
             for batch in _batches(rows, batch_size):
                 try:
                     head = locked.write(
@@ -99,7 +107,16 @@ def _validate(store: EventStore, t: Transcript) -> list[Encoded]:
     _check_sizes(store, t)
     _check_refs(t)
     try:
-        return store._encode(t.events)
+        if not any(isinstance(e, Purge) for e in t.events):
+            return store._encode(t.events)
+        # An export of a purged session holds its purge records, which append refuses
+        # (only EventStore.purge writes one): they are encoded as the purge encodes them,
+        # and the file's parser has checked them against the events they name.
+        others = iter(store._encode([e for e in t.events if not isinstance(e, Purge)]))
+        return [
+            encode(e, store.token_counter) if isinstance(e, Purge) else next(others)
+            for e in t.events
+        ]
     except EventStoreError as exc:
         # The store numbers events from 0 within the batch; the file numbers them from 1.
         msg = re.sub(r"events\[(\d+)\]", lambda m: f"event {int(m[1]) + 1}", str(exc))
@@ -193,7 +210,46 @@ def _check_ids_free(conn: Connection, t: Transcript) -> None:
 def _renumber(t: Transcript) -> Transcript:
     # A copy with fresh event ids is a new session: no hashes to match, no id to keep.
     events = [e.model_copy(update={"id": fresh_id()}) for e in t.events]
+    if t.purged:
+        events = _rebind_purges(events)
     return Transcript(events=events, title=t.title, metadata=t.metadata, user_id=t.user_id)
+
+
+def _rebind_purges(events: list[Event]) -> list[Event]:
+    """A purged log under fresh ids: the new ids change every hash, and the original
+    hashes of purged events cannot be recomputed (their content is gone), so each purged
+    event is hashed anew over its redacted payload and each purge record binds the new
+    hashes of the events it names (the redactions it proves are unchanged)."""
+    out: list[Event] = []
+    hashes: list[str] = []
+    covered: set[int] = set()
+    prev: str | None = None
+    for seq, evt in enumerate(events, start=1):
+        if isinstance(evt, Purge):
+            todo = [
+                j
+                for j in range(max(1, evt.from_seq), min(evt.to_seq, seq - 1) + 1)
+                if out[j - 1].kind != "purge" and j not in covered
+            ]
+            covered.update(todo)
+            evt = evt.model_copy(update={"hashes": hashes_digest([hashes[j - 1] for j in todo])})
+        assert evt.created_at is not None and evt.id is not None
+        prev = chain_hash(prev, seq, evt.id, evt.kind, evt.created_at, encode_event(evt))
+        hashes.append(prev)
+        out.append(evt)
+    return out
+
+
+def _write_purged(
+    conn: Connection, store: EventStore, session_id: str, encoded: list[Encoded], hashes: list[str]
+) -> None:
+    """Write an export's purged log as it was stored: its rows as ``append`` makes them,
+    but each with the file's hash (a purged event keeps its original hash, which its
+    redacted payload no longer reproduces; the purge records prove them)."""
+    locked.write(
+        conn, store.tenant, session_id, encoded, expected_seq=0, idempotency_key=None,
+        hashes=hashes,
+    )  # fmt: skip
 
 
 def _fresh_session(t: Transcript) -> Transcript:
@@ -261,7 +317,8 @@ def import_file(
         transcripts = [_renumber(t) if t.hashes is not None else t for t in transcripts]
     if new_id:
         transcripts = [_fresh_session(t) for t in transcripts]
-    return import_transcripts(store, transcripts, progress=progress, batch_size=batch_size)
+    with nesting_guard(str(path)):
+        return import_transcripts(store, transcripts, progress=progress, batch_size=batch_size)
 
 
 def import_jsonl(
@@ -291,17 +348,18 @@ def import_jsonl(
             session id is already taken; the message names the place and nothing is
             written.
     """
-    where = getattr(fp, "name", None) or "<export>"
-    loaded = parse_text(fp.read(), str(where))
-    transcript = parse_export(loaded)
-    if new_ids:
-        transcript = _renumber(transcript)
-    if new_id:
-        transcript = _fresh_session(transcript)
-    return import_transcripts(
-        store,
-        [transcript],
-        progress=progress,
-        batch_size=batch_size,
-        session_ids=[session_id],
-    )[0]
+    where = str(getattr(fp, "name", None) or "<export>")
+    with nesting_guard(where):
+        loaded = parse_text(fp.read(), where)
+        transcript = parse_export(loaded)
+        if new_ids:
+            transcript = _renumber(transcript)
+        if new_id:
+            transcript = _fresh_session(transcript)
+        return import_transcripts(
+            store,
+            [transcript],
+            progress=progress,
+            batch_size=batch_size,
+            session_ids=[session_id],
+        )[0]

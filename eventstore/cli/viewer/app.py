@@ -1,6 +1,11 @@
 """The audit viewer: a read-only Starlette application over one :class:`EventStore`.
 
-Routes (GET only; any other method answers 405, unknown sessions and seqs a 404 page):
+Routes (GET only; any other method answers 405, unknown sessions and seqs a 404 page).
+Every request must name an allowed host in ``Host`` (and in ``Origin`` when it has one):
+the host the viewer is bound to, its loopback names and ``allowed_hosts``; anything else
+answers 421, so a web page whose name was rebound to the viewer's address (DNS
+rebinding) cannot read it. Every response carries ``X-Content-Type-Options: nosniff``,
+``X-Frame-Options: DENY`` and a same-origin ``Content-Security-Policy``.
 
 ``/``
     Sessions of the tenant with a text filter and their forks nested under them; each row's
@@ -17,17 +22,18 @@ Routes (GET only; any other method answers 405, unknown sessions and seqs a 404 
 ``/sessions/{id}/verify``
     :meth:`EventStore.verify` (in a background thread for big sessions) and its findings.
 ``/sessions/{id}/export.jsonl``
-    :func:`eventstore.importers.export_jsonl`, byte for byte as ``eventstore export``.
+    :func:`eventstore.importers.export_jsonl`, byte for byte as ``eventstore export``,
+    produced a chunk at a time as the client reads it (a cancelled download stops it);
+    ``HEAD`` answers the headers without reading the log.
 """
 
 from __future__ import annotations
 
 import difflib
 import json
-import queue
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, get_args
 
@@ -39,6 +45,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import Message as ASGIMessage
 
 from eventstore.events import EventKind
 
@@ -52,26 +59,98 @@ if TYPE_CHECKING:
 HERE = Path(__file__).resolve().parent
 PAGE_SIZE = 100
 SESSIONS_PAGE = 100
+#: The index counts matching sessions up to this many (then says "more than").
+COUNT_CAP = 1_000
 #: Every event kind, for the log's filter (the union's discriminators, in declaration order).
 KINDS: list[str] = list(get_args(EventKind))
 
 
-class _GetOnly:
-    """Answer 405 to anything but GET and HEAD, on every path: the viewer never writes."""
+#: Names of the loopback interface, always allowed in ``Host``.
+LOOPBACK = ("localhost", "127.0.0.1", "::1")
+#: Headers on every response: no MIME sniffing, no framing, nothing loaded from elsewhere.
+SECURITY_HEADERS = {
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",
+    "Content-Security-Policy": (
+        "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+        "img-src 'self' data:; connect-src 'self'; object-src 'none'; base-uri 'none'; "
+        "form-action 'self'; frame-ancestors 'none'"
+    ),
+    "Referrer-Policy": "no-referrer",
+    "Cross-Origin-Resource-Policy": "same-origin",
+}
 
-    def __init__(self, app: ASGIApp) -> None:
+
+def host_name(value: str) -> str:
+    """The host of a ``Host`` header or URL authority, without port, brackets or the
+    trailing dot, lower-cased (``[::1]:8765`` -> ``::1``)."""
+    value = value.strip().lower()
+    if value.startswith("["):
+        return value[1 : value.find("]")] if "]" in value else value
+    if value.count(":") == 1:
+        value = value.split(":", 1)[0]
+    return value.rstrip(".")
+
+
+class _Guard:
+    """Every request, on every path: GET and HEAD only (the viewer never writes), an
+    allowed ``Host`` and ``Origin`` (DNS rebinding), and the security headers."""
+
+    def __init__(self, app: ASGIApp, allowed_hosts: Iterable[str] | None) -> None:
         self.app = app
+        hosts = list(LOOPBACK if allowed_hosts is None else allowed_hosts)
+        self.any_host = "*" in hosts
+        self.hosts = {host_name(h) for h in hosts if h != "*"}
+
+    def allowed(self, scope: Scope) -> str | None:
+        """Why the request is refused, or ``None``."""
+        if self.any_host:
+            return None
+        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+        host = headers.get("host")
+        if host is None or host_name(host) not in self.hosts:
+            return f"host {host!r} is not one this viewer serves"
+        origin = headers.get("origin")
+        if origin is not None:
+            scheme, sep, authority = origin.partition("://")
+            if not sep or scheme not in ("http", "https") or host_name(authority) not in self.hosts:
+                return f"origin {origin!r} is not one this viewer serves"
+        return None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["method"] not in ("GET", "HEAD"):
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_headers(message: ASGIMessage) -> None:
+            if message["type"] == "http.response.start":
+                have = {k.lower() for k, _ in message.get("headers", [])}
+                extra = [
+                    (k.lower().encode("latin-1"), v.encode("latin-1"))
+                    for k, v in SECURITY_HEADERS.items()
+                    if k.lower().encode("latin-1") not in have
+                ]
+                message = {**message, "headers": [*message.get("headers", []), *extra]}
+            await send(message)
+
+        refused = self.allowed(scope)
+        if refused is not None:
+            response: Response = PlainTextResponse(
+                f"421 Misdirected Request: {refused}; start the viewer with "
+                "--allow-host NAME to serve it under another name",
+                status_code=421,
+            )
+            await response(scope, receive, send_with_headers)
+            return
+        if scope["method"] not in ("GET", "HEAD"):
             response = PlainTextResponse(
                 "405 Method Not Allowed: the audit viewer is read-only",
                 status_code=405,
                 headers={"Allow": "GET, HEAD"},
             )
-            await response(scope, receive, send)
+            await response(scope, receive, send_with_headers)
             return
-        await self.app(scope, receive, send)
+        await self.app(scope, receive, send_with_headers)
 
 
 class Viewer:
@@ -125,21 +204,18 @@ class Viewer:
     def index(self, request: Request) -> Response:
         q = request.query_params.get("q", "").strip()
         page = _int_param(request, "page", 1, low=1)
-        found = self.store.list_sessions(limit=None)
-        if q:
-            needle = q.lower()
-            found = [s for s in found if needle in _haystack(s)]
-        total = len(found)
-        start = (page - 1) * SESSIONS_PAGE
-        shown = _fork_tree(found[start : start + SESSIONS_PAGE])
+        after = request.query_params.get("after") or None
+        found, more, total = sessions_page(self.store, q, after, SESSIONS_PAGE)
         return self.page(
             request,
             "index.html",
-            rows=shown,
+            rows=_fork_tree(found),
             q=q,
             page=page,
             total=total,
-            more=start + SESSIONS_PAGE < total,
+            total_capped=total > COUNT_CAP,
+            more=more,
+            next_after=found[-1].id if found else None,
             tenant=self.store.tenant,
         )
 
@@ -425,53 +501,39 @@ class Viewer:
 
     def export(self, request: Request) -> Response:
         s = self.session(request.path_params["sid"])
+        headers = {"Content-Disposition": f'attachment; filename="{s.id}.jsonl"'}
+        if request.method == "HEAD":  # the headers only: nothing of the log is read
+            return Response(media_type="application/x-ndjson", headers=headers)
         return StreamingResponse(
-            _export_chunks(self.store, s.id),
-            media_type="application/x-ndjson",
-            headers={"Content-Disposition": f'attachment; filename="{s.id}.jsonl"'},
+            _export_chunks(self.store, s.id), media_type="application/x-ndjson", headers=headers
         )
 
 
-def _export_chunks(store: EventStore, sid: str) -> Iterator[bytes]:
-    """``export_jsonl`` written by a producer thread, streamed a chunk at a time."""
-    from eventstore.importers import export_jsonl
+async def _export_chunks(store: EventStore, sid: str) -> AsyncIterator[bytes]:
+    """``export_jsonl``'s lines in chunks of about 64 KiB, each made in a worker thread
+    only when the client asked for it: an aborted download leaves no thread behind, and
+    the generator is closed (its read of the log with it) however the response ends."""
+    from starlette.concurrency import run_in_threadpool
 
-    chunks: queue.Queue[bytes | BaseException | None] = queue.Queue(maxsize=64)
+    from eventstore.importers import export_lines
 
-    class _Writer:
-        def __init__(self) -> None:
-            self.buf: list[str] = []
-            self.size = 0
+    lines = export_lines(store, sid)
 
-        def write(self, text: str) -> int:
-            self.buf.append(text)
-            self.size += len(text)
-            if self.size >= 64 * 1024:
-                self.flush()
-            return len(text)
+    def chunk() -> bytes | None:
+        buf: list[str] = []
+        size = 0
+        for line in lines:
+            buf.append(line)
+            size += len(line)
+            if size >= 64 * 1024:
+                break
+        return "".join(buf).encode("utf-8") if buf else None
 
-        def flush(self) -> None:
-            if self.buf:
-                chunks.put("".join(self.buf).encode("utf-8"))
-                self.buf, self.size = [], 0
-
-    def produce() -> None:
-        writer = _Writer()
-        try:
-            export_jsonl(store, sid, writer)  # type: ignore[arg-type]
-            writer.flush()
-            chunks.put(None)
-        except BaseException as exc:
-            chunks.put(exc)
-
-    threading.Thread(target=produce, daemon=True).start()
-    while True:
-        item = chunks.get()
-        if item is None:
-            return
-        if isinstance(item, BaseException):
-            raise item
-        yield item
+    try:
+        while (data := await run_in_threadpool(chunk)) is not None:
+            yield data
+    finally:
+        lines.close()
 
 
 def _msg_line(m: dict[str, Any]) -> str:
@@ -495,8 +557,73 @@ def _finding_kind(problem: str) -> str:
     return "other"
 
 
-def _haystack(s: Session) -> str:
-    return " ".join(x or "" for x in (s.id, s.title, s.user_id, s.tenant, s.parent_id)).lower()
+def sessions_page(
+    store: EventStore, q: str, after: str | None, limit: int
+) -> tuple[list[Session], bool, int]:
+    """One page of the tenant's live sessions, newest first, after the session ``after``
+    (the last of the previous page), whose id, title, user or parent contains ``q``
+    (case-insensitive); whether more follow; and how many match, counted up to
+    ``COUNT_CAP + 1``. Each page is an index seek and the count is bounded, so the index
+    answers alike at a hundred sessions or a hundred thousand (a filter reads the rows
+    it has to test)."""
+    from sqlalchemy import and_, func, or_, select
+
+    from eventstore import Session
+    from eventstore.schema import sessions
+
+    where = [sessions.c.tenant == store.tenant, sessions.c.deleted_at.is_(None)]
+    if q:
+        escaped = q.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        pattern = f"%{escaped}%"
+        cols = (sessions.c.id, sessions.c.title, sessions.c.user_id, sessions.c.parent_id)
+        if store.dialect == "sqlite":  # SQLite's LIKE ignores case (ASCII) without lower()
+            where.append(or_(*(col.like(pattern, escape="\\") for col in cols)))
+        else:
+            where.append(or_(*(col.ilike(pattern, escape="\\") for col in cols)))
+    with store.engine.connect() as conn:
+        page_where = list(where)
+        if after is not None:
+            mark = conn.execute(
+                select(sessions.c.created_at).where(
+                    sessions.c.tenant == store.tenant, sessions.c.id == after
+                )
+            ).first()
+            if mark is not None:
+                page_where.append(
+                    or_(
+                        sessions.c.created_at < mark.created_at,
+                        and_(sessions.c.created_at == mark.created_at, sessions.c.id < after),
+                    )
+                )
+        rows = conn.execute(
+            select(sessions)
+            .where(*page_where)
+            .order_by(sessions.c.created_at.desc(), sessions.c.id.desc())
+            .limit(limit + 1)
+        ).all()
+        if after is None and len(rows) <= limit:
+            total = len(rows)  # the first page holds them all: no second pass to count
+        else:
+            capped = select(sessions.c.id).where(*where).limit(COUNT_CAP + 1).subquery()
+            total = conn.execute(select(func.count()).select_from(capped)).scalar_one()
+    found = [
+        Session(
+            id=r.id,
+            tenant=r.tenant,
+            user_id=r.user_id,
+            title=r.title,
+            metadata=json.loads(r.metadata),
+            parent_id=r.parent_id,
+            fork_seq=r.fork_seq,
+            head_seq=r.head_seq,
+            created_at=r.created_at,
+            updated_at=r.updated_at,
+            key=r.key,
+            deleted_at=r.deleted_at,
+        )
+        for r in rows[:limit]
+    ]
+    return found, len(rows) > limit, int(total)
 
 
 def _fork_tree(sessions: list[Session]) -> list[tuple[Session, int]]:
@@ -544,8 +671,20 @@ def _path_int(request: Request, name: str) -> int:
         raise HTTPException(404, f"no event at seq {raw!r}") from None
 
 
-def create_app(store: EventStore, *, inline_limit: int = INLINE_LIMIT) -> Starlette:
-    """The viewer application for ``store`` (which it only reads)."""
+def create_app(
+    store: EventStore,
+    *,
+    inline_limit: int = INLINE_LIMIT,
+    allowed_hosts: Iterable[str] | None = None,
+) -> Starlette:
+    """The viewer application for ``store`` (which it only reads).
+
+    Args:
+        store: The store whose tenant the viewer shows.
+        inline_limit: Sessions up to this many events are digested and verified inline.
+        allowed_hosts: The names requests may carry in ``Host`` and ``Origin`` (default:
+            the loopback names); ``"*"`` allows any (only behind a proxy that checks).
+    """
     viewer = Viewer(store, inline_limit=inline_limit)
 
     async def not_found(request: Request, exc: Exception) -> Response:
@@ -580,6 +719,6 @@ def create_app(store: EventStore, *, inline_limit: int = INLINE_LIMIT) -> Starle
         routes=routes,
         exception_handlers={HTTPException: not_found, EventStoreError: library_error},
     )
-    app.add_middleware(_GetOnly)
+    app.add_middleware(_Guard, allowed_hosts=allowed_hosts)
     app.state.viewer = viewer
     return app
