@@ -306,13 +306,13 @@ def test_a_graph_resumed_in_a_new_process_has_sqlite_savers_history(
 
 
 def test_the_docs_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """docs/adapters-langgraph.md's example marked ``requires-extra: langgraph`` runs as
+    """docs/adapters-langgraph.md's example marked ``test: extra langgraph`` runs as
     written."""
     import re
 
     doc = Path(__file__).resolve().parent.parent / "docs" / "adapters-langgraph.md"
     blocks = re.findall(
-        r"<!-- requires-extra: langgraph -->\n```python\n(.*?)```", doc.read_text(), re.S
+        r"<!-- test: extra langgraph -->\n```python\n(.*?)```", doc.read_text(), re.S
     )
     assert len(blocks) == 1, "the docs lost their langgraph example"
     monkeypatch.chdir(tmp_path)

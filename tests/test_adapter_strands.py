@@ -136,13 +136,13 @@ def test_the_session_manager_restores_an_agent(db_url: str) -> None:
 
 
 def test_the_docs_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """docs/adapters-langgraph.md's example marked ``requires-extra: strands`` runs as
+    """docs/adapters-langgraph.md's example marked ``test: extra strands`` runs as
     written."""
     import re
 
     doc = Path(__file__).resolve().parent.parent / "docs" / "adapters-langgraph.md"
     blocks = re.findall(
-        r"<!-- requires-extra: strands -->\n```python\n(.*?)```", doc.read_text(), re.S
+        r"<!-- test: extra strands -->\n```python\n(.*?)```", doc.read_text(), re.S
     )
     assert len(blocks) == 1, "the docs lost their strands example"
     monkeypatch.chdir(tmp_path)

@@ -43,7 +43,13 @@ _FENCE = re.compile(
 )
 _HEADING = re.compile(r"^(#{1,4}) (.+)$", re.M)
 # Adapter extras and the module each one installs.
-EXTRAS = {"adk": "google.adk", "openai-agents": "agents", "pydantic-ai": "pydantic_ai"}
+EXTRAS = {
+    "adk": "google.adk",
+    "openai-agents": "agents",
+    "pydantic-ai": "pydantic_ai",
+    "langgraph": "langgraph",
+    "strands": "strands",
+}
 
 
 @dataclass(frozen=True)
@@ -327,9 +333,9 @@ def test_command_line_runs_as_written(tmp_path: Path, monkeypatch: pytest.Monkey
             variants = [head + [word] for word in argv[len(head) :] if word != "|"]
         for args in variants:
             args = [session["id"] if a == "SESSION" else a for a in args[1:]]
-            if args[:1] == ["serve"]:
-                # A server runs until stopped: the viewer's own tests serve and load every
-                # page; here the command must exist and parse as written.
+            if args[:1] in (["serve"], ["mcp"], ["watch"]):
+                # A server or a watcher runs until stopped: their own tests serve, load
+                # and follow; here the command must exist and parse as written.
                 args = [*args, "--help"]
             result = runner.invoke(cli, args)
             assert result.exit_code == 0, (line, result.output)
