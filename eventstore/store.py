@@ -509,7 +509,10 @@ class EventStore(
             for _attempt in range(3):
                 purges = self._run(_purge_rows.purge_count, self.tenant, session_id)
                 report = self._verify(session_id, fingerprints, head_hash, key)
-                if report.ok or self._run(_purge_rows.purge_count, self.tenant, session_id) == purges:
+                if (
+                    report.ok
+                    or self._run(_purge_rows.purge_count, self.tenant, session_id) == purges
+                ):
                     break
             return report
 

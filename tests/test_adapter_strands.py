@@ -141,9 +141,7 @@ def test_the_docs_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     import re
 
     doc = Path(__file__).resolve().parent.parent / "docs" / "adapters-langgraph.md"
-    blocks = re.findall(
-        r"<!-- test: extra strands -->\n```python\n(.*?)```", doc.read_text(), re.S
-    )
+    blocks = re.findall(r"<!-- test: extra strands -->\n```python\n(.*?)```", doc.read_text(), re.S)
     assert len(blocks) == 1, "the docs lost their strands example"
     monkeypatch.chdir(tmp_path)
     code = compile(blocks[0], str(doc), "exec", dont_inherit=True)  # no __future__ here

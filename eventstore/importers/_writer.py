@@ -306,18 +306,18 @@ def import_file(
     Raises:
         ImportFormatError: Malformed input. Nothing has been written in that case.
     """
-    fmt = format or detect_format(path)
-    if fmt in ("claude-code", "codex", "gemini-cli", "aider", "cline"):
-        from ._keyed import import_transcript
-
-        done = import_transcript(store, path, fmt, batch_size=max(batch_size, 1))
-        return [store.get_session(r.session_id) for r in done]
-    transcripts = load_transcripts(path, fmt)
-    if new_ids:
-        transcripts = [_renumber(t) if t.hashes is not None else t for t in transcripts]
-    if new_id:
-        transcripts = [_fresh_session(t) for t in transcripts]
     with nesting_guard(str(path)):
+        fmt = format or detect_format(path)
+        if fmt in ("claude-code", "codex", "gemini-cli", "aider", "cline"):
+            from ._keyed import import_transcript
+
+            done = import_transcript(store, path, fmt, batch_size=max(batch_size, 1))
+            return [store.get_session(r.session_id) for r in done]
+        transcripts = load_transcripts(path, fmt)
+        if new_ids:
+            transcripts = [_renumber(t) if t.hashes is not None else t for t in transcripts]
+        if new_id:
+            transcripts = [_fresh_session(t) for t in transcripts]
         return import_transcripts(store, transcripts, progress=progress, batch_size=batch_size)
 
 
