@@ -150,7 +150,10 @@ async def test_acomplete_condenses_and_retries_on_overflow(db_url: str) -> None:
 
         litellm.acompletion = flaky
         try:
-            response = await acomplete(store, sid, model="gpt-4o-mini", policy=policy)
+            # prepare=False: send the view as it is, so that the overflow path runs.
+            response = await acomplete(
+                store, sid, model="gpt-4o-mini", policy=policy, prepare=False
+            )
         finally:
             litellm.acompletion = real
         assert response.choices[0].message.content == "fits now"
