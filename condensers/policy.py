@@ -226,9 +226,10 @@ class CondensationPolicy:
     @property
     def real_counter(self) -> TokenCounter | None:
         """The tokenizer views near the threshold are checked with (loaded on first use)."""
-        if self._real_counter is None or self._real_counter is True:
-            self._real_counter = TiktokenCounter.load() or False
-        return self._real_counter or None
+        counter = self._real_counter
+        if counter is None or counter is True:
+            counter = self._real_counter = TiktokenCounter.load() or False
+        return None if isinstance(counter, bool) else counter
 
     def view_size(self, view: View) -> int | None:
         """The size to decide on: the recorded usage when the session has it (with

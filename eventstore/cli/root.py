@@ -106,16 +106,16 @@ class State:
             from eventstore.store import resolve_url
 
             url = resolve_url(self.url)
-            path = _sqlite_path(url)
+            path = sqlite_path(url)
             if path is not None and not create and not path.exists():
                 fail(
                     f"no database at {path}; pass --db (or set EVENTSTORE_URL) to point at "
                     "one, or create it with `eventstore db upgrade`"
                 )
-            if path is not None and (read_only or _is_read_only_uri(url)):
-                if not _is_read_only_uri(url) and not _writable(path):
+            if path is not None and (read_only or is_read_only_uri(url)):
+                if not is_read_only_uri(url) and not writable_file(path):
                     url = read_only_url(path)
-                if _is_read_only_uri(url):
+                if is_read_only_uri(url):
                     self._store = EventStore(url, tenant=self.tenant, upgrade=False)
                     return self._store
             self._store = EventStore(url, tenant=self.tenant)
@@ -135,7 +135,7 @@ WRITING_COMMANDS = (
 )
 
 
-def _sqlite_path(url: str) -> Path | None:
+def sqlite_path(url: str) -> Path | None:
     """The file of a SQLite URL (``sqlite:///path`` or ``sqlite:///file:path?...&uri=true``),
     or ``None`` for another database or memory."""
     from urllib.parse import unquote
@@ -154,14 +154,14 @@ def _sqlite_path(url: str) -> Path | None:
     return Path(u.database)
 
 
-def _is_read_only_uri(url: str) -> bool:
+def is_read_only_uri(url: str) -> bool:
     from sqlalchemy.engine import make_url
 
     q = make_url(url).query
     return q.get("uri") == "true" and (q.get("mode") == "ro" or q.get("immutable") == "1")
 
 
-def _writable(path: Path) -> bool:
+def writable_file(path: Path) -> bool:
     """Whether this process can write the file (asked of the file system itself: the
     permission bits do not tell for root, an immutable file or a read-only mount)."""
     try:

@@ -35,14 +35,14 @@ def open_read_only(state: State) -> EventStore:
     from eventstore import EventStore
     from eventstore.store import resolve_url
 
-    from .root import _is_read_only_uri, _sqlite_path, _writable, read_only_url
+    from .root import is_read_only_uri, read_only_url, sqlite_path, writable_file
 
     url = resolve_url(state.url)
-    path = _sqlite_path(url)
+    path = sqlite_path(url)
     if path is not None:
         if not path.exists():
             fail(f"no database at {path}; pass --db (or set EVENTSTORE_URL) to point at one")
-        if not _is_read_only_uri(url) and not _writable(path):
+        if not is_read_only_uri(url) and not writable_file(path):
             url = read_only_url(path)
     return EventStore(url, tenant=state.tenant, upgrade=False)
 
