@@ -5,7 +5,8 @@
 concurrent-writers benchmark (see :mod:`benchmarks.concurrency`); ``python -m benchmarks
 search [--smoke]`` full-text search over one long session (see :mod:`benchmarks.search`);
 ``python -m benchmarks adk [--smoke]`` ADK ``get_session`` on short and long sessions (the
-``adk`` extra; see :mod:`benchmarks.adk`).
+``adk`` extra; see :mod:`benchmarks.adk`); ``python -m benchmarks citus [--smoke]`` a Citus
+cluster against plain Postgres (see :mod:`benchmarks.citus`).
 
 Writes ``RESULTS.md`` and ``results.json`` (the full mode into ``benchmarks/``, the quick
 and smoke modes into ``benchmarks/<mode>-results/`` unless ``--out`` says otherwise).
@@ -190,6 +191,10 @@ def main(argv: list[str] | None = None) -> int:
         from .adk import main as adk_main
 
         return adk_main(argv[1:])
+    if argv[:1] == ["citus"]:
+        from .citus import main as citus_main
+
+        return citus_main(argv[1:])
     if argv[:1] == ["search"]:
         from .search import main as search_main
 

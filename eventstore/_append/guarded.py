@@ -41,11 +41,12 @@ from .store import Store
 __all__ = ["eligible", "known_head", "append", "landed", "close"]
 
 
-def eligible(encoded: Sequence[Encoded], idempotency_key: str | None, pg: bool) -> bool:
-    """Whether a batch may take the guarded path."""
+def eligible(encoded: Sequence[Encoded], idempotency_key: str | None, capped: bool) -> bool:
+    """Whether a batch may take the guarded path (``capped``: at most
+    :data:`~.postgres.MAX_GUARDED_BATCH` events, on plain Postgres)."""
     if idempotency_key is not None or not encoded:
         return False
-    if pg and len(encoded) > postgres.MAX_GUARDED_BATCH:
+    if capped and len(encoded) > postgres.MAX_GUARDED_BATCH:
         return False
     # Both in C loops: a 1,000-event batch is scanned in a few microseconds. (A prune's
     # kind is "prune" whatever its class, as an Encoded's kind is its event's.)
@@ -141,6 +142,8 @@ def _pg_append(store: Store, w: Write) -> bool:
                 driver = conn.connection.driver_connection
                 assert driver is not None
                 with driver.cursor() as cur:
+                    if store._routed:
+                        return postgres.write_routed(cur, w)
                     return postgres.write_guarded(cur, w)
         except DBAPIError as exc:
             if exc.connection_invalidated:

@@ -30,6 +30,7 @@ from ..codec import (
     sole_text,
     sqlite_time_text,
 )
+from ..distribution import is_distributed
 from ..errors import (
     ConflictError,
     ConnectionDropped,
@@ -193,8 +194,9 @@ def move_head(
     assert driver is not None
     try:
         if conn.dialect.name == "postgresql":
+            move = postgres.move_head_routed if is_distributed(conn) else postgres.move_head
             with driver.cursor() as cur:
-                postgres.move_head(cur, session_id, head, new_seq, new_hash, newest)
+                move(cur, session_id, head, new_seq, new_hash, newest)
             return
         cur = driver.cursor()
         try:
