@@ -190,18 +190,31 @@ def _has_routed_append(conn: Connection) -> bool:
     )
 
 
+#: Key in a pooled connection's ``info``: whether appends go through the routed function.
+_ROUTED = "eventstore.routed"
+
+
 def routes_appends(conn: Connection) -> bool:
-    """Whether the database has the routed append's function (``db distribute`` creates
-    it with the distributed tables; a database distributed by an earlier version gets it
-    from a second ``db distribute``). Without it a distributed store appends with the
-    statements written for plain tables, which Citus runs by two-phase commit."""
+    """Whether appends on ``conn`` go through the routed append's function: the tables are
+    distributed (:func:`is_distributed`) and the function is there (``db distribute``
+    creates it with the distributed tables; a database distributed by an earlier version
+    gets it from a second ``db distribute``). Without it a distributed store appends with
+    the statements written for plain tables, which Citus commits on the workers by
+    two-phase commit. Asked once per pooled connection, as :func:`is_distributed` is."""
+    if not is_distributed(conn):
+        return False
+    mark = conn.info.get(_ROUTED)
+    if mark is not None and mark[0] == _epoch:
+        return bool(mark[1])
     from ._append import postgres
 
-    return bool(
+    known = bool(
         conn.exec_driver_sql(
             f"SELECT to_regprocedure('{postgres.ROUTED_SIGNATURE}') IS NOT NULL"
         ).scalar()
     )
+    conn.info[_ROUTED] = (_epoch, known)
+    return known
 
 
 def _workers(conn: Connection) -> int:
@@ -270,6 +283,9 @@ def distribute_citus(engine: Engine) -> list[str]:
             # The append-only guards touch only co-located rows of one session, the case
             # Citus runs safely on each shard.
             "SET LOCAL citus.enable_unsafe_triggers = on",
+            # One connection per worker for the whole transaction: the function and the
+            # guards' switches below may not follow parallel shard writes in it.
+            "SET LOCAL citus.multi_shard_modify_mode = 'sequential'",
         ]
         first = SESSION_TABLES[0][0]
         for table, column in SESSION_TABLES:
@@ -300,7 +316,6 @@ def distribute_citus(engine: Engine) -> list[str]:
         # cleanup truncates that copy, which the TRUNCATE guards refuse: they step aside
         # for this transaction only, which holds the tables locked, and are back before
         # it commits (on the shards too: ENABLE reaches them).
-        statements.append("SET LOCAL citus.multi_shard_modify_mode = 'sequential'")
         for table in _GUARDED_TRUNCATE:
             statements.append(f"ALTER TABLE {table} DISABLE TRIGGER {table}_no_truncate")
         moved = [t for t, _ in SESSION_TABLES if t in present]

@@ -221,7 +221,8 @@ class EventStore(
         # A caller's Postgres engine has no lock_timeout of ours: set it per write.
         self._lock_local = not self._owns_engine and engine.dialect.name == "postgresql"
         # Whether appends go to distributed tables through the function Citus routes
-        # (see eventstore.distribution.routes_appends).
+        # (see eventstore.distribution.routes_appends): known when the schema is opened,
+        # or, on a caller's engine, from the first write.
         self._routed = False
         self.engine = engine
         self.dialect: str = engine.dialect.name
@@ -243,7 +244,7 @@ class EventStore(
                 if self.dialect == "postgresql":
                     with self.engine.connect() as conn:
                         distributed = is_distributed(conn)
-                        self._routed = distributed and routes_appends(conn)
+                        self._routed = routes_appends(conn)
                     # On Citus the connection's lock_timeout stays on the coordinator:
                     # each write sets it for its transaction instead (see _tx).
                     self._lock_local = self._lock_local or distributed

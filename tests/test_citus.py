@@ -141,7 +141,7 @@ def test_appends_are_routed_to_one_worker_without_two_phase_commit(distributed_u
         assert store.head(session.id) == 1_002
         assert store.head(other.id) == 1_000
         assert store.verify(session.id).ok and store.verify(other.id).ok
-        assert [m.text for m in store.view(session.id).to_messages()[-2:]] == [
+        assert [m["content"] for m in store.view(session.id).to_messages()[-2:]] == [
             "event 998",
             "event 999",
         ]
@@ -163,7 +163,7 @@ def test_routed_append_refuses_a_moved_head(distributed_url: str) -> None:
         a.append(s.id, [Message.user("a2")])  # a's head is stale: locked, then 3
         b.append(s.id, [Message.user("b2")])  # b's head is stale too
         assert a.head(s.id) == 4
-        assert [m.text for m in a.view(s.id).to_messages()] == ["a1", "b1", "a2", "b2"]
+        assert [m["content"] for m in a.view(s.id).to_messages()] == ["a1", "b1", "a2", "b2"]
         assert a.verify(s.id).ok
     finally:
         a.close()
@@ -203,7 +203,7 @@ def test_distributing_a_populated_database_leaves_no_coordinator_copy(citus_url:
         for s in sessions:  # every row is on the workers, and the chains still verify
             assert store.head(s.id) == 50
             assert store.verify(s.id).ok
-            assert store.view(s.id).to_messages()[0].text == f"{s.id} 0"
+            assert store.view(s.id).to_messages()[0]["content"] == f"{s.id} 0"
     finally:
         store.close()
     # The guards are back, on the coordinator and on the shards.

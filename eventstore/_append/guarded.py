@@ -33,6 +33,7 @@ from sqlalchemy.exc import DBAPIError
 from .. import _sql
 from .._engine import busy_error
 from ..codec import Encoded
+from ..distribution import routes_appends
 from ..events import utcnow
 from . import postgres, sqlite
 from .rows import Rows, Write
@@ -135,16 +136,18 @@ def _sqlite_append(store: Store, w: Write) -> bool:
 
 
 def _pg_append(store: Store, w: Write) -> bool:
-    if store._lock_local:
+    if store._lock_local and not store._routed:
         # A caller's engine has no lock_timeout of ours: a transaction sets it locally.
         try:
             with store._tx(write=True) as conn:
-                driver = conn.connection.driver_connection
-                assert driver is not None
-                with driver.cursor() as cur:
-                    if store._routed:
-                        return postgres.write_routed(cur, w)
-                    return postgres.write_guarded(cur, w)
+                if routes_appends(conn):
+                    # Distributed: the routed call below, from now on (batches go whole).
+                    store._routed = True
+                else:
+                    driver = conn.connection.driver_connection
+                    assert driver is not None
+                    with driver.cursor() as cur:
+                        return postgres.write_guarded(cur, w)
         except DBAPIError as exc:
             if exc.connection_invalidated:
                 raise _LostConnection from exc
@@ -153,7 +156,10 @@ def _pg_append(store: Store, w: Write) -> bool:
     broken = False
     try:
         db = pooled.driver_connection
-        applied = postgres.write_guarded_prepared(db, w)
+        if store._routed:
+            applied = postgres.write_routed(db, w, store._timeouts.lock_timeout_ms)
+        else:
+            applied = postgres.write_guarded_prepared(db, w)
         # After the commit, and never failing the append: reads on the replica wait
         # for this position.
         if applied and store._replica is not None:

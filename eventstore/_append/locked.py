@@ -30,7 +30,7 @@ from ..codec import (
     sole_text,
     sqlite_time_text,
 )
-from ..distribution import is_distributed
+from ..distribution import is_distributed, routes_appends
 from ..errors import (
     ConflictError,
     ConnectionDropped,
@@ -143,7 +143,8 @@ def write(
         sqlite=conn.dialect.name == "sqlite",
         idempotency_key=idempotency_key, batch_hash=batch_hash,
     )  # fmt: skip
-    insert_rows(conn, rows)
+    routed = conn.dialect.name == "postgresql" and routes_appends(conn)
+    insert_rows(conn, rows, routed=routed)
     attached = {d: b for enc in encoded for d, b in enc.blobs.items()}
     if attached:
         blobs.save(conn, tenant, attached)
@@ -158,13 +159,19 @@ def write(
     )
 
 
-def insert_rows(conn: Connection, rows: Rows) -> None:
+def insert_rows(conn: Connection, rows: Rows, *, routed: bool = False) -> None:
     """Insert every row of ``rows`` through the driver, inside the caller's transaction:
-    ``COPY`` on Postgres, the SQLite module's INSERTs there. Driver errors are raised as
-    SQLAlchemy raises its own (so the store maps them as usual)."""
+    ``COPY`` on Postgres (INSERTs Citus routes on distributed tables: ``routed``), the
+    SQLite module's INSERTs there. Driver errors are raised as SQLAlchemy raises its own
+    (so the store maps them as usual)."""
     driver = conn.connection.driver_connection
     assert driver is not None
     try:
+        if routed:
+            event_rows = rows.collect()
+            with driver.cursor() as cur:
+                postgres.insert_rows_routed(cur, event_rows, rows.parts)
+            return
         if conn.dialect.name == "postgresql":
             with driver.cursor() as cur:
                 postgres.copy_rows(cur, rows, rows.parts)

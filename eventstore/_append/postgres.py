@@ -34,6 +34,13 @@ __all__ = [
     "move_head",
     "copy_rows",
     "libpq",
+    "ROUTED_FUNCTION",
+    "ROUTED_SIGNATURE",
+    "ROUTED_FUNCTION_DDL",
+    "ROUTED_DISTRIBUTE",
+    "write_routed",
+    "insert_rows_routed",
+    "move_head_routed",
 ]
 
 #: Larger batches go the locked way, where ``COPY`` streams the rows: one statement with
@@ -276,7 +283,7 @@ ROUTED_FUNCTION = "eventstore_append_routed"
 _ROUTED_ARGS = (
     ("a_session", "varchar"), ("a_tenant", "varchar"), ("a_head", "integer"),
     ("a_head_hash", "varchar"), ("a_seq", "integer"), ("a_hash", "varchar"),
-    ("a_newest", "timestamptz"),
+    ("a_newest", "timestamptz"), ("a_lock_ms", "integer"),
     *_array_args("e_", EVENT_COLUMNS, _EVENT_TYPES),
     *_array_args("p_", PART_COLUMNS, _PART_TYPES),
 )  # fmt: skip
@@ -291,6 +298,7 @@ def _unnest(prefix: str, columns: tuple[str, ...]) -> str:
 ROUTED_FUNCTION_DDL = f"""CREATE OR REPLACE FUNCTION {ROUTED_FUNCTION}(
     {", ".join(f"{n} {t}" for n, t in _ROUTED_ARGS)}) RETURNS boolean AS $$
 BEGIN
+    PERFORM set_config('lock_timeout', a_lock_ms::text, true);
     UPDATE sessions SET head_seq = a_seq, head_hash = a_hash, updated_at = a_newest
     WHERE id = a_session AND tenant = a_tenant AND head_seq = a_head
     AND head_hash IS NOT DISTINCT FROM a_head_hash AND deleted_at IS NULL;
@@ -309,29 +317,61 @@ BEGIN
 END;
 $$ LANGUAGE plpgsql"""
 
-#: Distributes it by the session, co-located with ``sessions``: a call outside or inside
-#: a transaction runs on the session's worker.
+#: Distributes it by the session, co-located with ``sessions``: a call that is its own
+#: transaction runs on the session's worker, in one transaction there. (Not forced inside
+#: a transaction block: Citus then refuses its ``INSERT ... SELECT FROM unnest``, whose
+#: rows it cannot see are the session's.)
 ROUTED_DISTRIBUTE = (
     f"SELECT create_distributed_function('{ROUTED_SIGNATURE}', 'a_session', "
-    "colocate_with => 'sessions', force_delegation => true)"
+    "colocate_with => 'sessions')"
 )
 _NO_PARTS: list[tuple[Any, ...]] = [()] * (len(PART_COLUMNS) - 1)
 _ROUTED_CALL = f"SELECT {ROUTED_FUNCTION}({', '.join(['%s'] * len(_ROUTED_ARGS))})"
 
 
-def write_routed(cur: Any, w: Write) -> bool:
-    """A guarded append on distributed tables, in the cursor's transaction: one call
-    Citus runs on the session's worker; ``False`` (nothing written) when the head moved."""
+def write_routed(db: Any, w: Write, lock_timeout_ms: int) -> bool:
+    """A guarded append on distributed tables: one call, its own transaction, which Citus
+    runs on the session's worker (on a psycopg connection outside any transaction);
+    ``False`` (nothing written) when the head moved."""
     # Rows to columns (the first, the session, is the call's own argument).
     events_cols = list(zip(*w.event_rows, strict=True))[1:]
     parts_cols = list(zip(*w.part_rows, strict=True))[1:] if w.part_rows else _NO_PARTS
-    cur.execute(
-        _ROUTED_CALL,
-        [w.session_id, w.tenant, w.head, w.head_hash, w.seq, w.new_hash, w.newest,
-         *map(list, events_cols), *map(list, parts_cols)],
-    )  # fmt: skip
-    row = cur.fetchone()
+    params = [w.session_id, w.tenant, w.head, w.head_hash, w.seq, w.new_hash, w.newest,
+              lock_timeout_ms, *map(list, events_cols), *map(list, parts_cols)]  # fmt: skip
+    if db.pgconn.transaction_status != libpq().IDLE:
+        db.rollback()  # as write_guarded_prepared: nothing of a caller's is written into
+    auto = db.autocommit
+    db.autocommit = True  # Citus sends a function call to a worker only outside a block
+    try:
+        with db.cursor() as cur:
+            cur.execute(_ROUTED_CALL, params)
+            row = cur.fetchone()
+    finally:
+        db.autocommit = auto
     return bool(row and row[0])
+
+
+def insert_rows_routed(
+    cur: Any, event_rows: list[tuple[Any, ...]], part_rows: list[tuple[Any, ...]]
+) -> None:
+    """:func:`copy_rows` on distributed tables, inside the caller's transaction: ``INSERT``
+    statements of many rows, which Citus sends to the session's worker on the connection
+    the transaction already has there (a ``COPY`` into a distributed table always commits
+    by two-phase commit)."""
+    for table, columns, rows in (("events", EVENT_COLUMNS, event_rows),
+                                 ("parts", PART_COLUMNS, part_rows)):  # fmt: skip
+        group = "(" + ", ".join(["%s"] * len(columns)) + ")"
+        for at in range(0, len(rows), _ROUTED_INSERT_ROWS):
+            chunk = rows[at : at + _ROUTED_INSERT_ROWS]
+            cur.execute(
+                f"INSERT INTO {table} ({', '.join(columns)}) VALUES "
+                + ", ".join([group] * len(chunk)),
+                [v for r in chunk for v in r],
+            )
+
+
+#: Rows per INSERT of :func:`insert_rows_routed` (12 parameters each: under libpq's 65,535).
+_ROUTED_INSERT_ROWS = 2_000
 
 
 _ROUTED_HEAD = (
