@@ -6,10 +6,11 @@ and the 50-event-tail view.
 ``--citus-url`` (``EVENTSTORE_BENCH_CITUS_URL``, default the ``eventstore_bench_citus``
 database on a coordinator at 127.0.0.1:5441) must be a database whose workers are
 registered in it (``../shared/citus/cluster.sh createdb eventstore_bench_citus``); the
-store's tables in it are dropped and distributed again. ``--pg-url`` (plain Postgres,
-``EVENTSTORE_BENCH_PG_URL`` with ``_citus_plain`` appended to its name) is dropped and
-recreated. Both get the same sessions; the measures take turns between them, so load on
-the machine falls on both alike. ``--before`` drops the routed append's function after
+store's tables in it are dropped and distributed again. ``--pg-url`` (plain Postgres;
+default the ``eventstore_bench_citus_plain`` database on the coordinator's own server, so
+that both have the same settings and disk) is dropped and recreated. Both get the same
+sessions; the measures take turns between them, so load on the machine falls on both
+alike. ``--before`` drops the routed append's function after
 distributing: appends then take the statements written for plain tables (the numbers
 before routed appends). Prints Markdown: medians and p99 in ms, and the ratios.
 """
@@ -32,7 +33,6 @@ from .harness import median, percentile
 from .workload import condensation, steps, to_message
 
 DEFAULT_CITUS = "postgresql+psycopg://postgres@127.0.0.1:5441/eventstore_bench_citus"
-DEFAULT_PG = "postgresql+psycopg://postgres@127.0.0.1:5432/eventstore_bench"
 #: The goals: each Citus median at most this many times plain Postgres's.
 GOALS = {"append 1 event": 2.0, "append 1,000 events": 1.5, "view, 50-event tail": 1.5}
 _TABLES = (
@@ -106,8 +106,8 @@ def _timed(fn: Callable[[], Any]) -> float:
 
 
 def run(citus_url: str, pg_url: str, *, smoke: bool, before: bool) -> str:
-    sessions, events = (4, 120) if smoke else (40, 1_000)
-    ops, batches = (20, 3) if smoke else (400, 20)
+    sessions, events = (4, 120) if smoke else (20, 500)
+    ops, batches = (20, 3) if smoke else (300, 10)
     _drop_store(citus_url)
     EventStore(citus_url, upgrade=True).close()
     distribute_citus(create_engine(citus_url))
@@ -151,8 +151,8 @@ def run(citus_url: str, pg_url: str, *, smoke: bool, before: bool) -> str:
         a, b = pg.times[measure], ci.times[measure]
         ratio = median(b) / median(a)
         lines.append(
-            f"| {measure} | {median(a):.2f} | {percentile(a, 99):.2f} | {median(b):.2f} | "
-            f"{percentile(b, 99):.2f} | {ratio:.2f}x | <= {goal}x |"
+            f"| {measure} | {median(a):.2f} | {percentile(a, 0.99):.2f} | {median(b):.2f} | "
+            f"{percentile(b, 0.99):.2f} | {ratio:.2f}x | <= {goal}x |"
         )
     for side in sides:
         side.store.close()
@@ -176,14 +176,25 @@ def _drop_store_function(url: str) -> None:
         engine.dispose()
 
 
+def args_citus_url(argv: list[str] | None) -> str:
+    """The ``--citus-url`` given, or its default (the plain database's default follows it)."""
+    args = list(argv or [])
+    for i, a in enumerate(args):
+        if a == "--citus-url" and i + 1 < len(args):
+            return args[i + 1]
+        if a.startswith("--citus-url="):
+            return a.split("=", 1)[1]
+    return os.environ.get("EVENTSTORE_BENCH_CITUS_URL", DEFAULT_CITUS)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks citus", description=__doc__)
     p.add_argument("--smoke", action="store_true", help="tiny sizes (tests the harness)")
     p.add_argument(
         "--citus-url", default=os.environ.get("EVENTSTORE_BENCH_CITUS_URL", DEFAULT_CITUS)
     )
-    plain = make_url(os.environ.get("EVENTSTORE_BENCH_PG_URL", DEFAULT_PG))
-    plain = plain.set(database=f"{plain.database}_citus_plain")
+    # Plain Postgres on the coordinator's own server: the same settings, the same disk.
+    plain = make_url(args_citus_url(argv)).set(database="eventstore_bench_citus_plain")
     p.add_argument("--pg-url", default=plain.render_as_string(hide_password=False))
     p.add_argument("--before", action="store_true", help="without the routed append's function")
     args = p.parse_args(argv)

@@ -238,11 +238,14 @@ def distribute_citus(engine: Engine) -> list[str]:
         AlreadyDistributed: The tables are distributed already.
     """
     with engine.begin() as conn:
-        if conn.dialect.name == "postgresql" and is_distributed(conn, fresh=True):
-            statements = [] if _has_routed_append(conn) else _routed_append_statements(conn)
-            for sql in statements:
+        already = conn.dialect.name == "postgresql" and is_distributed(conn, fresh=True)
+        if already:
+            added = [] if _has_routed_append(conn) else _routed_append_statements(conn)
+            for sql in added:
                 conn.exec_driver_sql(sql)
-            raise AlreadyDistributed(statements)
+    if already:  # (raised once the transaction above committed)
+        raise AlreadyDistributed(added)
+    with engine.begin() as conn:
         _require_postgres_at_head(conn, "distributing with Citus")
         if not citus_available(conn):
             raise SchemaError(

@@ -141,7 +141,7 @@ def _pg_append(store: Store, w: Write) -> bool:
         try:
             with store._tx(write=True) as conn:
                 if routes_appends(conn):
-                    # Distributed: the routed call below, from now on (batches go whole).
+                    # Distributed: the routed call below, from now on.
                     store._routed = True
                 else:
                     driver = conn.connection.driver_connection
