@@ -7,6 +7,7 @@ import uuid
 from typing import Any
 
 import pytest
+from conftest import skip_on_citus
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -610,6 +611,7 @@ def _busy_lineage(store: EventStore) -> list[str]:
     return [sid, fork, grand]
 
 
+@skip_on_citus("a distributed store reads a fork's view statement by statement")
 def test_the_one_query_reads_what_the_statements_read(store: EventStore) -> None:
     # The combined statement and the statement-by-statement reads give the same rows for
     # every session of a lineage at every seq (and the combined one is the path taken).
