@@ -6,8 +6,9 @@ Other benchmarks, each with a ``--smoke`` mode: ``quality`` (condensation qualit
 :mod:`benchmarks.search`), ``adk`` (ADK ``get_session`` on short and long sessions, the
 ``adk`` extra, :mod:`benchmarks.adk`), ``mcp`` (the MCP server's tools at 100k events, the
 ``mcp`` extra, :mod:`benchmarks.mcp`), ``langgraph`` (checkpoint storage against
-LangGraph's own savers, the ``langgraph`` extra, :mod:`benchmarks.langgraph`) and
-``importers`` (importing coding-agent transcripts, :mod:`benchmarks.importers`).
+LangGraph's own savers, the ``langgraph`` extra, :mod:`benchmarks.langgraph`),
+``importers`` (importing coding-agent transcripts, :mod:`benchmarks.importers`) and
+``citus`` (a Citus cluster against plain Postgres, :mod:`benchmarks.citus`).
 
 Writes ``RESULTS.md`` and ``results.json`` (the full mode into ``benchmarks/``, the quick
 and smoke modes into ``benchmarks/<mode>-results/`` unless ``--out`` says otherwise).
@@ -204,6 +205,10 @@ def main(argv: list[str] | None = None) -> int:
         from .importers import main as importers_main
 
         return importers_main(argv[1:])
+    if argv[:1] == ["citus"]:
+        from .citus import main as citus_main
+
+        return citus_main(argv[1:])
     if argv[:1] == ["search"]:
         from .search import main as search_main
 

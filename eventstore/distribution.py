@@ -37,7 +37,9 @@ __all__ = [
     "citus_available",
     "citus_preloaded",
     "distribute_citus",
+    "AlreadyDistributed",
     "is_distributed",
+    "routes_appends",
     "forget_distribution",
     "partition_by_session",
     "partitions_of",
@@ -158,13 +160,91 @@ def forget_distribution() -> None:
     _epoch += 1
 
 
+class AlreadyDistributed(Exception):
+    """:func:`distribute_citus` found the tables distributed: nothing to do but what
+    :attr:`statements` (the routed append's function, where it was missing) did."""
+
+    def __init__(self, statements: list[str]) -> None:
+        super().__init__("already distributed")
+        self.statements = statements
+
+
+def _routed_append_statements(conn: Connection) -> list[str]:
+    """The statements that create the routed append's function and distribute it by the
+    session (see :mod:`eventstore._append.postgres`)."""
+    from ._append import postgres
+
+    return [postgres.ROUTED_FUNCTION_DDL, postgres.ROUTED_DISTRIBUTE]
+
+
+def _has_routed_append(conn: Connection) -> bool:
+    from ._append import postgres
+
+    return bool(
+        conn.exec_driver_sql(
+            "SELECT EXISTS (SELECT 1 FROM pg_dist_object o JOIN pg_proc p "
+            "ON o.classid = 'pg_proc'::regclass AND o.objid = p.oid "
+            f"WHERE p.proname = '{postgres.ROUTED_FUNCTION}' "
+            "AND o.distribution_argument_index IS NOT NULL)"
+        ).scalar()
+    )
+
+
+#: Key in a pooled connection's ``info``: whether appends go through the routed function.
+_ROUTED = "eventstore.routed"
+
+
+def routes_appends(conn: Connection) -> bool:
+    """Whether appends on ``conn`` go through the routed append's function: the tables are
+    distributed (:func:`is_distributed`) and the function is there (``db distribute``
+    creates it with the distributed tables; a database distributed by an earlier version
+    gets it from a second ``db distribute``). Without it a distributed store appends with
+    the statements written for plain tables, which Citus commits on the workers by
+    two-phase commit. Asked once per pooled connection, as :func:`is_distributed` is."""
+    if not is_distributed(conn):
+        return False
+    mark = conn.info.get(_ROUTED)
+    if mark is not None and mark[0] == _epoch:
+        return bool(mark[1])
+    from ._append import postgres
+
+    known = bool(
+        conn.exec_driver_sql(
+            f"SELECT to_regprocedure('{postgres.ROUTED_SIGNATURE}') IS NOT NULL"
+        ).scalar()
+    )
+    conn.info[_ROUTED] = (_epoch, known)
+    return known
+
+
+def _workers(conn: Connection) -> int:
+    """How many active primary workers this database has registered."""
+    return int(
+        conn.exec_driver_sql("SELECT count(*) FROM citus_get_active_worker_nodes()").scalar() or 0
+    )
+
+
 def distribute_citus(engine: Engine) -> list[str]:
     """Distribute the schema with Citus; returns the statements run.
 
+    The tables' rows move to the workers' shards, and the coordinator's local copy of a
+    populated database is emptied (the append-only guards let Citus's own cleanup,
+    ``truncate_local_data_after_distributing_table``, through for that statement only).
+
     Raises:
-        SchemaError: Not Postgres, the schema is not at the head revision, or the server
-            has no ``citus`` extension; the message says what to do instead.
+        SchemaError: Not Postgres, the schema is not at the head revision, the server has
+            no ``citus`` extension, or no worker is registered in this database; the
+            message says what to do instead.
+        AlreadyDistributed: The tables are distributed already.
     """
+    with engine.begin() as conn:
+        already = conn.dialect.name == "postgresql" and is_distributed(conn, fresh=True)
+        if already:
+            added = [] if _has_routed_append(conn) else _routed_append_statements(conn)
+            for sql in added:
+                conn.exec_driver_sql(sql)
+    if already:  # (raised once the transaction above committed)
+        raise AlreadyDistributed(added)
     with engine.begin() as conn:
         _require_postgres_at_head(conn, "distributing with Citus")
         if not citus_available(conn):
@@ -185,6 +265,16 @@ def distribute_citus(engine: Engine) -> list[str]:
                 "worker, restart them, add the workers (SELECT citus_add_node(...)), then run "
                 "this again"
             )
+        conn.exec_driver_sql("CREATE EXTENSION IF NOT EXISTS citus")
+        if _workers(conn) == 0:
+            db = conn.exec_driver_sql("SELECT current_database()").scalar()
+            raise SchemaError(
+                f"no worker node is registered in database {db!r}, so Citus would keep every "
+                "shard on this coordinator (Citus keeps its list of nodes per database). "
+                "Create the database and the citus extension on each worker, register each "
+                f"worker here (connected to {db!r} on the coordinator: SELECT "
+                "citus_add_node('worker-host', 5432);), then run this again"
+            )
         present = {
             r[0]
             for r in conn.execute(
@@ -196,6 +286,9 @@ def distribute_citus(engine: Engine) -> list[str]:
             # The append-only guards touch only co-located rows of one session, the case
             # Citus runs safely on each shard.
             "SET LOCAL citus.enable_unsafe_triggers = on",
+            # One connection per worker for the whole transaction: the function and the
+            # guards' switches below may not follow parallel shard writes in it.
+            "SET LOCAL citus.multi_shard_modify_mode = 'sequential'",
         ]
         first = SESSION_TABLES[0][0]
         for table, column in SESSION_TABLES:
@@ -220,9 +313,26 @@ def distribute_citus(engine: Engine) -> list[str]:
             str(conn.exec_driver_sql("SELECT current_database()").scalar())
         )
         statements.append(f"ALTER DATABASE {name} SET lock_timeout = {DEFAULT_LOCK_TIMEOUT_MS}")
+        statements += _routed_append_statements(conn)
+        # Distributing copies a populated table's rows to the shards and leaves them in the
+        # coordinator's own table too, hidden (no query reads them) but on its disk. Citus's
+        # cleanup truncates that copy, which the TRUNCATE guards refuse: they step aside
+        # for this transaction only, which holds the tables locked, and are back before
+        # it commits (on the shards too: ENABLE reaches them).
+        for table in _GUARDED_TRUNCATE:
+            statements.append(f"ALTER TABLE {table} DISABLE TRIGGER {table}_no_truncate")
+        moved = [t for t, _ in SESSION_TABLES if t in present]
+        moved += [t for t, _ in _KEYED_TABLES] + list(_REFERENCE_TABLES)
+        statements += [f"SELECT truncate_local_data_after_distributing_table('{t}')" for t in moved]
+        for table in _GUARDED_TRUNCATE:
+            statements.append(f"ALTER TABLE {table} ENABLE TRIGGER {table}_no_truncate")
         for sql in statements:
             conn.exec_driver_sql(sql)
         return statements
+
+
+#: The tables whose TRUNCATE the append-only guards refuse.
+_GUARDED_TRUNCATE = ("events", "parts")
 
 
 def partitions_of(conn: Connection, table: str) -> list[str]:

@@ -63,7 +63,7 @@ from ._sql import blobs
 from ._sql.view_rows import view_rows, view_rows_at_once
 from ._twins import awaitable, streaming
 from .codec import Encoded, check_text
-from .distribution import is_distributed
+from .distribution import is_distributed, routes_appends
 from .errors import (
     ConfigurationError,
     ConnectionDropped,
@@ -220,6 +220,10 @@ class EventStore(
             self._owns_engine = False
         # A caller's Postgres engine has no lock_timeout of ours: set it per write.
         self._lock_local = not self._owns_engine and engine.dialect.name == "postgresql"
+        # Whether appends go to distributed tables through the function Citus routes
+        # (see eventstore.distribution.routes_appends): known when the schema is opened,
+        # or, on a caller's engine, from the first write.
+        self._routed = False
         self.engine = engine
         self.dialect: str = engine.dialect.name
         self._driver_slot = DriverSlot.for_store(self, engine, self._owns_engine)
@@ -237,11 +241,13 @@ class EventStore(
                     upgrade_if_behind=self._schema_pending,
                     display_url=display_url(self.url),
                 )
-                if self.dialect == "postgresql" and not self._lock_local:
+                if self.dialect == "postgresql":
                     with self.engine.connect() as conn:
-                        # On Citus the connection's lock_timeout stays on the coordinator:
-                        # each write sets it for its transaction instead (see _tx).
-                        self._lock_local = is_distributed(conn)
+                        distributed = is_distributed(conn)
+                        self._routed = routes_appends(conn)
+                    # On Citus the connection's lock_timeout stays on the coordinator:
+                    # each write sets it for its transaction instead (see _tx).
+                    self._lock_local = self._lock_local or distributed
             except DBAPIError as exc:
                 self.engine.dispose()
                 raise map_db_error(exc, self._timeouts) from None
@@ -261,6 +267,7 @@ class EventStore(
             engine=self.engine,
         )
         other._timeouts, other._lock_local = self._timeouts, self._lock_local
+        other._routed = self._routed
         other._replica = self._replica
         return other
 

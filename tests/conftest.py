@@ -28,6 +28,16 @@ PG_URL = os.environ.get(
     "EVENTSTORE_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/eventstore_test"
 )
 REQUIRE_PG = os.environ.get("EVENTSTORE_REQUIRE_PG") == "1"
+#: The shared test Postgres is a distributed database on a Citus coordinator (CI's Citus
+#: mode): tests of plain-Postgres internals skip there, saying why.
+PG_IS_CITUS = os.environ.get("EVENTSTORE_TEST_PG_CITUS") == "1"
+
+
+def skip_on_citus(why: str) -> pytest.MarkDecorator:
+    """Skip a test when the shared test Postgres is distributed with Citus."""
+    return pytest.mark.skipif(PG_IS_CITUS, reason=f"on a Citus-distributed database: {why}")
+
+
 CORPUS = Path(__file__).resolve().parent.parent.parent / "shared" / "corpus"
 
 _pg_error: str | None = None

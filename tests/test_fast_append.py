@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
+from conftest import skip_on_citus
 from sqlalchemy import create_engine, event, text
 
 from eventstore import (
@@ -730,6 +731,7 @@ def _prepared_names(db: Any) -> list[str]:
     return [res.get_value(i, 0).decode() for i in range(res.ntuples)]
 
 
+@skip_on_citus("a distributed store's guarded append is one call of the routed function")
 def test_fast_appends_on_postgres_run_one_prepared_statement_and_prepare_it_again(
     db_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 import pytest
+from conftest import PG_IS_CITUS
 from sqlalchemy import text
 
 from eventstore import (
@@ -129,6 +130,8 @@ def _tamper(store: EventStore, sql: str, **params: object) -> None:
     """Change a stored row the way an attacker with database access would (guards off)."""
     with store.engine.begin() as conn:
         if store.dialect == "postgresql":
+            if PG_IS_CITUS:  # Citus changes a distributed table's triggers only when told
+                conn.execute(text("SET LOCAL citus.enable_unsafe_triggers = on"))
             conn.execute(text("ALTER TABLE events DISABLE TRIGGER events_append_only"))
         else:
             conn.execute(text("DROP TRIGGER events_append_only_update"))

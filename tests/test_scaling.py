@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from conftest import REQUIRE_PG
+from conftest import REQUIRE_PG, skip_on_citus
 from sqlalchemy import create_engine, event, text
 from sqlalchemy.engine import Engine
 
@@ -314,6 +314,7 @@ def test_a_view_citus_refuses_is_read_statement_by_statement_and_the_mark_asked_
         store.close()
 
 
+@skip_on_citus("the server has Citus (tests/test_citus.py checks its refusals)")
 def test_distribute_without_citus_explains_and_fails(pg_url: str) -> None:
     EventStore(pg_url, upgrade=True).close()
     result = CliRunner().invoke(cli, ["--db", pg_url, "db", "distribute"])

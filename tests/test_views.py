@@ -7,6 +7,7 @@ import uuid
 from typing import Any
 
 import pytest
+from conftest import skip_on_citus
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -610,6 +611,7 @@ def _busy_lineage(store: EventStore) -> list[str]:
     return [sid, fork, grand]
 
 
+@skip_on_citus("a distributed store reads a fork's view statement by statement")
 def test_the_one_query_reads_what_the_statements_read(store: EventStore) -> None:
     # The combined statement and the statement-by-statement reads give the same rows for
     # every session of a lineage at every seq (and the combined one is the path taken).
@@ -661,6 +663,7 @@ def test_the_statement_alone_reads_what_the_lineage_read_does(store: EventStore)
         store.view(root)
 
 
+@skip_on_citus("the plan Postgres keeps for the plain statement; Citus plans each view")
 def test_the_kept_postgres_plan_reads_the_tail_not_the_session(store: EventStore) -> None:
     # Postgres keeps one plan for the prepared view statement, made without the values. It
     # must still probe the pins, the tail and the truncating prunes, never scan the

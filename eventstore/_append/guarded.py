@@ -33,6 +33,7 @@ from sqlalchemy.exc import DBAPIError
 from .. import _sql
 from .._engine import busy_error
 from ..codec import Encoded
+from ..distribution import routes_appends
 from ..events import utcnow
 from . import postgres, sqlite
 from .rows import Rows, Write
@@ -41,11 +42,12 @@ from .store import Store
 __all__ = ["eligible", "known_head", "append", "landed", "close"]
 
 
-def eligible(encoded: Sequence[Encoded], idempotency_key: str | None, pg: bool) -> bool:
-    """Whether a batch may take the guarded path."""
+def eligible(encoded: Sequence[Encoded], idempotency_key: str | None, capped: bool) -> bool:
+    """Whether a batch may take the guarded path (``capped``: at most
+    :data:`~.postgres.MAX_GUARDED_BATCH` events, on plain Postgres)."""
     if idempotency_key is not None or not encoded:
         return False
-    if pg and len(encoded) > postgres.MAX_GUARDED_BATCH:
+    if capped and len(encoded) > postgres.MAX_GUARDED_BATCH:
         return False
     # In C loops: a 1,000-event batch is scanned in a few microseconds. (A prune's kind is
     # "prune" whatever its class, as an Encoded's kind is its event's.) A batch naming a
@@ -135,14 +137,18 @@ def _sqlite_append(store: Store, w: Write) -> bool:
 
 
 def _pg_append(store: Store, w: Write) -> bool:
-    if store._lock_local:
+    if store._lock_local and not store._routed:
         # A caller's engine has no lock_timeout of ours: a transaction sets it locally.
         try:
             with store._tx(write=True) as conn:
-                driver = conn.connection.driver_connection
-                assert driver is not None
-                with driver.cursor() as cur:
-                    return postgres.write_guarded(cur, w)
+                if routes_appends(conn):
+                    # Distributed: the routed call below, from now on.
+                    store._routed = True
+                else:
+                    driver = conn.connection.driver_connection
+                    assert driver is not None
+                    with driver.cursor() as cur:
+                        return postgres.write_guarded(cur, w)
         except DBAPIError as exc:
             if exc.connection_invalidated:
                 raise _LostConnection from exc
@@ -151,7 +157,10 @@ def _pg_append(store: Store, w: Write) -> bool:
     broken = False
     try:
         db = pooled.driver_connection
-        applied = postgres.write_guarded_prepared(db, w)
+        if store._routed:
+            applied = postgres.write_routed(db, w, store._timeouts.lock_timeout_ms)
+        else:
+            applied = postgres.write_guarded_prepared(db, w)
         # After the commit, and never failing the append: reads on the replica wait
         # for this position.
         if applied and store._replica is not None:

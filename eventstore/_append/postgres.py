@@ -34,6 +34,13 @@ __all__ = [
     "move_head",
     "copy_rows",
     "libpq",
+    "ROUTED_FUNCTION",
+    "ROUTED_SIGNATURE",
+    "ROUTED_FUNCTION_DDL",
+    "ROUTED_DISTRIBUTE",
+    "write_routed",
+    "insert_rows_routed",
+    "move_head_routed",
 ]
 
 #: Larger batches go the locked way, where ``COPY`` streams the rows: one statement with
@@ -255,3 +262,135 @@ def write_guarded_prepared(db: Any, w: Write) -> bool:
     if res.status != pq.TUPLES_OK:
         raise pq.error_from_result(res, encoding="utf-8")
     return res.get_value(0, 0) not in (None, b"0")
+
+
+# Citus. On distributed tables the guarded statement above (a CTE over four tables that
+# inserts from VALUES) is planned recursively: its parts reach every worker and commit by
+# two-phase commit. The same append routes whole as one call of a function distributed by
+# the session (Citus sends it to the session's worker, where every statement in it is on
+# that worker's shards), and the locked head move as two statements that each name the
+# session. ``db distribute`` creates the function (see eventstore.distribution).
+
+
+def _array_args(prefix: str, columns: tuple[str, ...], types: tuple[str, ...]) -> list[Any]:
+    """An array argument for each column but the first (the session)."""
+    return [(prefix + c, t.lower() + "[]") for c, t in zip(columns[1:], types[1:], strict=True)]
+
+
+#: The routed append's function: the guarded head move, the feed range and the rows,
+#: the rows as one array per column.
+ROUTED_FUNCTION = "eventstore_append_routed"
+_ROUTED_ARGS = (
+    ("a_session", "varchar"), ("a_tenant", "varchar"), ("a_head", "integer"),
+    ("a_head_hash", "varchar"), ("a_seq", "integer"), ("a_hash", "varchar"),
+    ("a_newest", "timestamptz"), ("a_lock_ms", "integer"),
+    *_array_args("e_", EVENT_COLUMNS, _EVENT_TYPES),
+    *_array_args("p_", PART_COLUMNS, _PART_TYPES),
+)  # fmt: skip
+#: Its signature, as ``create_distributed_function`` names it.
+ROUTED_SIGNATURE = f"{ROUTED_FUNCTION}({', '.join(t for _, t in _ROUTED_ARGS)})"
+
+
+def _unnest(prefix: str, columns: tuple[str, ...]) -> str:
+    return ", ".join(f"{prefix}{c}" for c in columns[1:])
+
+
+ROUTED_FUNCTION_DDL = f"""CREATE OR REPLACE FUNCTION {ROUTED_FUNCTION}(
+    {", ".join(f"{n} {t}" for n, t in _ROUTED_ARGS)}) RETURNS boolean AS $$
+BEGIN
+    PERFORM set_config('lock_timeout', a_lock_ms::text, true);
+    UPDATE sessions SET head_seq = a_seq, head_hash = a_hash, updated_at = a_newest
+    WHERE id = a_session AND tenant = a_tenant AND head_seq = a_head
+    AND head_hash IS NOT DISTINCT FROM a_head_hash AND deleted_at IS NULL;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    INSERT INTO feed_pending (session_id, from_seq, to_seq, tenant, queued_at)
+    VALUES (a_session, a_head + 1, a_seq, a_tenant, clock_timestamp());
+    INSERT INTO events ({", ".join(EVENT_COLUMNS)})
+    SELECT a_session, * FROM unnest({_unnest("e_", EVENT_COLUMNS)});
+    IF cardinality(p_seq) > 0 THEN
+        INSERT INTO parts ({", ".join(PART_COLUMNS)})
+        SELECT a_session, * FROM unnest({_unnest("p_", PART_COLUMNS)});
+    END IF;
+    RETURN true;
+END;
+$$ LANGUAGE plpgsql"""
+
+#: Distributes it by the session, co-located with ``sessions``: a call that is its own
+#: transaction runs on the session's worker, in one transaction there. (Not forced inside
+#: a transaction block: Citus then refuses its ``INSERT ... SELECT FROM unnest``, whose
+#: rows it cannot see are the session's.)
+ROUTED_DISTRIBUTE = (
+    f"SELECT create_distributed_function('{ROUTED_SIGNATURE}', 'a_session', "
+    "colocate_with => 'sessions')"
+)
+_NO_PARTS: list[tuple[Any, ...]] = [()] * (len(PART_COLUMNS) - 1)
+_ROUTED_CALL = f"SELECT {ROUTED_FUNCTION}({', '.join(['%s'] * len(_ROUTED_ARGS))})"
+
+
+def write_routed(db: Any, w: Write, lock_timeout_ms: int) -> bool:
+    """A guarded append on distributed tables: one call, its own transaction, which Citus
+    runs on the session's worker (on a psycopg connection outside any transaction);
+    ``False`` (nothing written) when the head moved."""
+    # Rows to columns (the first, the session, is the call's own argument).
+    events_cols = list(zip(*w.event_rows, strict=True))[1:]
+    parts_cols = list(zip(*w.part_rows, strict=True))[1:] if w.part_rows else _NO_PARTS
+    params = [w.session_id, w.tenant, w.head, w.head_hash, w.seq, w.new_hash, w.newest,
+              lock_timeout_ms, *map(list, events_cols), *map(list, parts_cols)]  # fmt: skip
+    if db.pgconn.transaction_status != libpq().IDLE:
+        db.rollback()  # as write_guarded_prepared: nothing of a caller's is written into
+    auto = db.autocommit
+    db.autocommit = True  # Citus sends a function call to a worker only outside a block
+    try:
+        with db.cursor() as cur:
+            cur.execute(_ROUTED_CALL, params)
+            row = cur.fetchone()
+    finally:
+        db.autocommit = auto
+    return bool(row and row[0])
+
+
+def insert_rows_routed(
+    cur: Any, event_rows: list[tuple[Any, ...]], part_rows: list[tuple[Any, ...]]
+) -> None:
+    """:func:`copy_rows` on distributed tables, inside the caller's transaction: ``INSERT``
+    statements of many rows, which Citus sends to the session's worker on the connection
+    the transaction already has there (a ``COPY`` into a distributed table always commits
+    by two-phase commit)."""
+    for table, columns, rows in (("events", EVENT_COLUMNS, event_rows),
+                                 ("parts", PART_COLUMNS, part_rows)):  # fmt: skip
+        group = "(" + ", ".join(["%s"] * len(columns)) + ")"
+        for at in range(0, len(rows), _ROUTED_INSERT_ROWS):
+            chunk = rows[at : at + _ROUTED_INSERT_ROWS]
+            cur.execute(
+                f"INSERT INTO {table} ({', '.join(columns)}) VALUES "
+                + ", ".join([group] * len(chunk)),
+                [v for r in chunk for v in r],
+            )
+
+
+#: Rows per INSERT of :func:`insert_rows_routed` (12 parameters each: under libpq's 65,535).
+_ROUTED_INSERT_ROWS = 2_000
+
+
+_ROUTED_HEAD = (
+    "UPDATE sessions SET head_seq = %s, head_hash = %s, updated_at = %s "
+    "WHERE id = %s RETURNING tenant"
+)
+_ROUTED_QUEUE = (
+    "INSERT INTO feed_pending (session_id, from_seq, to_seq, tenant, queued_at) "
+    "VALUES (%s, %s, %s, %s, clock_timestamp())"
+)
+
+
+def move_head_routed(
+    cur: Any, session_id: str, head: int, new_seq: int, new_hash: str | None, newest: datetime
+) -> None:
+    """:func:`move_head` on distributed tables: two statements that each name the
+    session, so that Citus sends both to its worker (the one statement reads the tenant
+    from the moved row, which Citus would pass through the coordinator to every worker)."""
+    cur.execute(_ROUTED_HEAD, (new_seq, new_hash, newest, session_id))
+    row = cur.fetchone()
+    if row is not None:
+        cur.execute(_ROUTED_QUEUE, (session_id, head + 1, new_seq, row[0]))

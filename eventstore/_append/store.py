@@ -136,6 +136,7 @@ class Store(Protocol):
     _heads: HeadCache
     _driver_slot: DriverSlot | None
     _lock_local: bool
+    _routed: bool
     _timeouts: Any
     _replica: Any
 

@@ -160,6 +160,16 @@ def db_distribute(state: State, partitions: int | None, as_json: bool) -> None:
             statements = distribution.distribute_citus(engine)
         else:
             statements = distribution.partition_by_session(engine, partitions)
+    except distribution.AlreadyDistributed as done:
+        if as_json:
+            emit_json({"url": _display_url(state), "ok": True, "mode": "citus",
+                       "already": True, "statements": done.statements})  # fmt: skip
+            return
+        added = "; added the routed append's function:" if done.statements else "; nothing to do"
+        click.echo(f"{_display_url(state)} is already distributed with Citus{added}")
+        for sql in done.statements:
+            click.echo(f"  {sql};")
+        return
     except SchemaError as exc:
         if as_json:
             emit_json({"url": _display_url(state), "ok": False, "error": str(exc)})

@@ -1,0 +1,254 @@
+"""The store on a real Citus cluster: routed appends, and `db distribute`.
+
+``EVENTSTORE_TEST_CITUS_URL`` names a database on a Citus coordinator whose workers are
+registered in it (``../shared/citus/cluster.sh createdb NAME`` makes one); the tests here
+drop and re-create the store's tables in it. Without it they skip (or fail under
+``EVENTSTORE_REQUIRE_CITUS=1``, as CI's Citus mode sets).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from sqlalchemy import create_engine, event, text
+from sqlalchemy.engine import make_url
+
+from eventstore import EventStore, Message
+from eventstore.cli import cli
+
+CITUS_URL = os.environ.get("EVENTSTORE_TEST_CITUS_URL")
+REQUIRE_CITUS = os.environ.get("EVENTSTORE_REQUIRE_CITUS") == "1"
+
+pytestmark = pytest.mark.skipif(
+    not CITUS_URL and not REQUIRE_CITUS,
+    reason="no Citus cluster: set EVENTSTORE_TEST_CITUS_URL (see ../shared/citus/README.md)",
+)
+
+_TABLES = (
+    "parts", "events", "fork_compactions", "feed_pending", "search_docs", "sessions",
+    "session_keys", "blobs", "feed", "feed_cursor", "search_progress", "alembic_version",
+)  # fmt: skip
+
+
+def _url() -> str:
+    if not CITUS_URL:
+        pytest.fail("EVENTSTORE_REQUIRE_CITUS=1 but EVENTSTORE_TEST_CITUS_URL is not set")
+    return make_url(CITUS_URL).set(drivername="postgresql+psycopg").render_as_string(False)
+
+
+def _reset(url: str) -> None:
+    """Drop the store's tables and functions (on the workers too: Citus passes DROP on)."""
+    engine = create_engine(url, isolation_level="AUTOCOMMIT")
+    try:
+        with engine.connect() as conn:
+            # Every table first, so that no trigger still needs the guards' functions.
+            conn.execute(text(f"DROP TABLE IF EXISTS {', '.join(_TABLES)} CASCADE"))
+            names = conn.execute(
+                text(
+                    "SELECT p.oid::regprocedure::text FROM pg_proc p "
+                    "JOIN pg_namespace n ON n.oid = p.pronamespace "
+                    "WHERE n.nspname = current_schema() AND p.proname LIKE 'eventstore%'"
+                )
+            ).scalars()
+            for name in list(names):
+                conn.execute(text(f"DROP FUNCTION IF EXISTS {name} CASCADE"))
+    finally:
+        engine.dispose()
+
+
+def _distribute(url: str) -> Any:
+    return CliRunner().invoke(cli, ["--db", url, "db", "distribute"])
+
+
+@pytest.fixture
+def citus_url() -> Iterator[str]:
+    """The Citus database, emptied and brought to the current schema (not distributed)."""
+    url = _url()
+    _reset(url)
+    EventStore(url, upgrade=True).close()
+    yield url
+
+
+@pytest.fixture
+def distributed_url(citus_url: str) -> str:
+    result = _distribute(citus_url)
+    assert result.exit_code == 0, result.output
+    return citus_url
+
+
+class _RemoteCommands:
+    """The commands the coordinator sends to the workers, as ``citus.log_remote_commands``
+    reports them to the client."""
+
+    def __init__(self, url: str) -> None:
+        self.engine = create_engine(
+            url, connect_args={"options": "-c citus.log_remote_commands=on"}
+        )
+        self.sent: list[str] = []
+        self.recording = False
+        event.listen(self.engine, "connect", self._on_connect)
+
+    def _on_connect(self, dbapi_conn: Any, _record: Any) -> None:
+        dbapi_conn.add_notice_handler(self._notice)
+
+    def _notice(self, diag: Any) -> None:
+        if self.recording and diag.message_primary:
+            self.sent.append(diag.message_primary)
+
+    def count(self, pattern: str) -> int:
+        return sum(1 for s in self.sent if re.search(pattern, s))
+
+
+def _workers_touched(sent: list[str]) -> set[str]:
+    """The shard ids named in the commands (one session's shards share a worker)."""
+    return set(re.findall(r"_(\d{6,})\b", " ".join(sent)))
+
+
+def test_appends_are_routed_to_one_worker_without_two_phase_commit(distributed_url: str) -> None:
+    log = _RemoteCommands(distributed_url)
+    store = EventStore(engine=log.engine, tenant=f"t-{uuid.uuid4().hex}")
+    try:
+        session = store.create_session()
+        log.recording = True
+        store.append(session.id, [Message.user("first")])  # the locked path (no head known)
+        first = list(log.sent)
+        log.sent.clear()
+        store.append(session.id, [Message.user("one")])  # the routed call
+        one = list(log.sent)
+        log.sent.clear()
+        batch = [Message.user(f"event {i}") for i in range(1_000)]
+        store.append(session.id, batch)
+        thousand = list(log.sent)
+        log.sent.clear()
+        other = store.create_session()
+        store.append(other.id, batch)  # a first append of 1,000: COPY, locked
+        copied = list(log.sent)
+        log.recording = False
+        for name, sent in (("first", first), ("one", one)):
+            assert sent, f"{name}: no remote command logged (is this a Citus coordinator?)"
+            assert not any("PREPARE TRANSACTION" in s for s in sent), (name, sent)
+            assert not any("COMMIT PREPARED" in s for s in sent), (name, sent)
+        # The routed call goes whole to the worker: one delegated function call.
+        assert sum("eventstore_append_routed" in s for s in one) == 1, one
+        # A large batch goes by COPY, which Citus commits by two-phase commit: on the
+        # session's worker only (one PREPARE), every command naming that session's shards.
+        for name, sent in (("1,000", thousand), ("copied", copied)):
+            assert sum("PREPARE TRANSACTION" in s for s in sent) == 1, (name, sent)
+            assert any(s.startswith("issuing COPY public.events_") for s in sent), name
+        assert store.head(session.id) == 1_002
+        assert store.head(other.id) == 1_000
+        assert store.verify(session.id).ok and store.verify(other.id).ok
+        assert [m["content"] for m in store.view(session.id).to_messages()[-2:]] == [
+            "event 998",
+            "event 999",
+        ]
+    finally:
+        store.close()
+        log.engine.dispose()
+
+
+def test_routed_append_refuses_a_moved_head(distributed_url: str) -> None:
+    """Two stores on one session: the second's remembered head is stale, so the routed
+    call writes nothing and the locked path appends after the real head."""
+    tenant = f"t-{uuid.uuid4().hex}"
+    a = EventStore(distributed_url, tenant=tenant)
+    b = EventStore(distributed_url, tenant=tenant)
+    try:
+        s = a.create_session()
+        a.append(s.id, [Message.user("a1")])
+        b.append(s.id, [Message.user("b1")])  # b learns the head (2)
+        a.append(s.id, [Message.user("a2")])  # a's head is stale: locked, then 3
+        b.append(s.id, [Message.user("b2")])  # b's head is stale too
+        assert a.head(s.id) == 4
+        assert [m["content"] for m in a.view(s.id).to_messages()] == ["a1", "b1", "a2", "b2"]
+        assert a.verify(s.id).ok
+    finally:
+        a.close()
+        b.close()
+
+
+def _local_bytes(url: str, tables: tuple[str, ...]) -> dict[str, int]:
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            return {
+                t: int(conn.execute(text("SELECT pg_relation_size(:t)"), {"t": t}).scalar() or 0)
+                for t in tables
+            }
+    finally:
+        engine.dispose()
+
+
+def test_distributing_a_populated_database_leaves_no_coordinator_copy(citus_url: str) -> None:
+    store = EventStore(citus_url, tenant="populated")
+    sessions = [store.create_session() for _ in range(5)]
+    for s in sessions:
+        store.append(s.id, [Message.user(f"{s.id} {i}") for i in range(50)])
+    store.close()
+    before = _local_bytes(citus_url, ("events", "parts", "sessions"))
+    assert before["events"] > 0 and before["sessions"] > 0
+    result = _distribute(citus_url)
+    assert result.exit_code == 0, result.output
+    assert "truncate_local_data_after_distributing_table('events')" in result.output
+    assert _local_bytes(citus_url, ("events", "parts", "sessions")) == {
+        "events": 0,
+        "parts": 0,
+        "sessions": 0,
+    }
+    store = EventStore(citus_url, tenant="populated")
+    try:
+        for s in sessions:  # every row is on the workers, and the chains still verify
+            assert store.head(s.id) == 50
+            assert store.verify(s.id).ok
+            assert store.view(s.id).to_messages()[0]["content"] == f"{s.id} 0"
+    finally:
+        store.close()
+    # The guards are back, on the coordinator and on the shards.
+    engine = create_engine(citus_url)
+    try:
+        for sql in ("UPDATE events SET kind = kind", "DELETE FROM events", "TRUNCATE events"):
+            with engine.connect() as conn, pytest.raises(Exception, match="append-only"):
+                conn.execute(text(sql))
+    finally:
+        engine.dispose()
+
+
+def test_distributing_twice_says_already_distributed(distributed_url: str) -> None:
+    result = _distribute(distributed_url)
+    assert result.exit_code == 0, result.output
+    assert "already distributed" in result.output
+
+
+def test_distribute_without_a_registered_worker_refuses(citus_url: str) -> None:
+    """A database made with a plain CREATE DATABASE on the coordinator has no workers."""
+    name = f"es_lone_{uuid.uuid4().hex[:10]}"
+    admin = create_engine(
+        make_url(citus_url).set(database="postgres").render_as_string(False),
+        isolation_level="AUTOCOMMIT",
+    )
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    url = make_url(citus_url).set(database=name).render_as_string(False)
+    try:
+        EventStore(url, upgrade=True).close()
+        result = _distribute(url)
+        assert result.exit_code == 1, result.output
+        assert "no worker node is registered" in result.output
+        assert "citus_add_node" in result.output
+        engine = create_engine(url)
+        try:
+            with engine.connect() as conn:  # nothing was changed
+                dist = conn.execute(text("SELECT to_regclass('pg_dist_partition')")).scalar()
+                assert dist is None
+        finally:
+            engine.dispose()
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
