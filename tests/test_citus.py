@@ -32,7 +32,8 @@ pytestmark = pytest.mark.skipif(
 
 _TABLES = (
     "parts", "events", "fork_compactions", "feed_pending", "search_docs", "sessions",
-    "session_keys", "blobs", "feed", "feed_cursor", "search_progress", "alembic_version",
+    "session_keys", "blobs", "feed", "feed_cursor", "search_progress", "purge_marks",
+    "alembic_version",
 )  # fmt: skip
 
 

@@ -246,9 +246,16 @@ def query(
             "WITH q AS (SELECT to_tsquery('simple', :q) AS q), "
             "m AS MATERIALIZED (SELECT session_id, seq, tsv FROM search_docs, q "
             "WHERE tenant = :tenant AND tsv @@ q.q) "
-            "SELECT session_id, seq, ts_rank(tsv, q.q) AS rank FROM m, q "
-            f"WHERE true{scope}{live.format(t='m')} "
-            "ORDER BY rank DESC, session_id DESC, seq DESC LIMIT :limit OFFSET :offset"
+            # Deleted sessions by a join, not a correlated subquery: Citus plans a join
+            # of co-located tables, and refuses a correlated subquery next to a CTE.
+            "SELECT m.session_id, m.seq, ts_rank(m.tsv, q.q) AS rank FROM m CROSS JOIN q"
+            + (
+                " JOIN sessions s ON s.id = m.session_id AND s.deleted_at IS NULL"
+                if segments is None
+                else ""
+            )
+            + f" WHERE true{scope} "
+            + "ORDER BY rank DESC, m.session_id DESC, m.seq DESC LIMIT :limit OFFSET :offset"
         )
         return [(r.session_id, r.seq, float(r.rank)) for r in conn.execute(text(sql), params)]
     params["q"] = " ".join('"' + " ".join(g) + '"' for g in groups)
