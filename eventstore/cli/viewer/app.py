@@ -568,7 +568,7 @@ def sessions_page(
     it has to test)."""
     from sqlalchemy import and_, func, or_, select
 
-    from eventstore import Session
+    from eventstore._sql import session_from_row
     from eventstore.schema import sessions
 
     where = [sessions.c.tenant == store.tenant, sessions.c.deleted_at.is_(None)]
@@ -606,23 +606,7 @@ def sessions_page(
         else:
             capped = select(sessions.c.id).where(*where).limit(COUNT_CAP + 1).subquery()
             total = conn.execute(select(func.count()).select_from(capped)).scalar_one()
-    found = [
-        Session(
-            id=r.id,
-            tenant=r.tenant,
-            user_id=r.user_id,
-            title=r.title,
-            metadata=json.loads(r.metadata),
-            parent_id=r.parent_id,
-            fork_seq=r.fork_seq,
-            head_seq=r.head_seq,
-            created_at=r.created_at,
-            updated_at=r.updated_at,
-            key=r.key,
-            deleted_at=r.deleted_at,
-        )
-        for r in rows[:limit]
-    ]
+    found = [session_from_row(r) for r in rows[:limit]]
     return found, len(rows) > limit, int(total)
 
 
