@@ -135,12 +135,15 @@ def test_real_context_overflow_is_condensed_and_retried(
             model=smollm2.model, messages=first.to_messages(), max_tokens=16,
             **smollm2.completion_kwargs(),
         )  # fmt: skip
+    # Without the condensation ``complete`` makes before sending (prepare), the call
+    # overflows for real and the reactive path condenses and retries.
     response = complete(
         sqlite_store,
         sid,
         model=smollm2.model,
         policy=policy,
         max_tokens=32,
+        prepare=False,
         **smollm2.completion_kwargs(),
     )
     assert response.choices[0].message is not None
