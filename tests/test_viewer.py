@@ -89,7 +89,10 @@ def test_timeline_pages_events_links_tool_pairs_and_badges_compacted_parts(
     after = client.get(f"/sessions/{sid}/events", params={"after": 10}).text
     assert re.findall(r'<tr class="event [^"]*" id="seq-(\d+)"', after) == ["11", "12"]
     full = client.get(f"/sessions/{sid}/events/4", params={"fragment": 1}).text
-    assert "<html" not in full and full.count("OUTPUT-LINE") == 200
+    readable, _, exact = full.partition('<details class="json">')
+    # The output in full, folded (200 lines is long), and again in the event's exact JSON.
+    assert "<html" not in full and readable.count("OUTPUT-LINE") == 200
+    assert '<details class="block tool_result">' in readable and exact.count("OUTPUT-LINE") == 200
 
 
 def test_timeline_never_renders_more_than_a_page(client: TestClient, audit: AuditDb) -> None:

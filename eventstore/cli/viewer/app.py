@@ -14,7 +14,8 @@ rebinding) cannot read it. Every response carries ``X-Content-Type-Options: nosn
     The token chart and the timeline, a page of events at a time (``?after=SEQ``,
     ``?kind=K``); each row expands to the full event with htmx.
 ``/sessions/{id}/view?at=N``
-    The view at seq N, its exact messages, tokens against the budget, its fingerprint
+    The view at seq N, its messages laid out to read (each with its exact JSON), tokens
+    against the budget, its fingerprint
     (the string ``eventstore view ID --at N --json`` prints) and a diff against the view
     sent at the previous llm call.
 ``/sessions/{id}/events/{seq}``
@@ -52,6 +53,7 @@ from eventstore.events import EventKind
 from ..render import event_preview, event_role, one_line, time_str
 from .charts import token_chart
 from .digest import INLINE_LIMIT, Digest, Digests
+from .messages import part_blocks, show_messages
 
 if TYPE_CHECKING:
     from eventstore import EventStore, Session, StoredEvent, VerifyReport, View
@@ -335,7 +337,9 @@ class Viewer:
         evt = stored.event
         ctx: dict[str, Any] = {"e": stored, "role": event_role(stored), "fields": None}
         if isinstance(evt, Message):
-            ctx["parts"] = evt.parts
+            ctx["blocks"] = part_blocks(evt.parts)
+            stored_json = EVENT_ADAPTER.dump_python(evt, mode="json", exclude_none=True)
+            ctx["stored_json"] = json.dumps(stored_json, indent=2, ensure_ascii=False)
         else:
             data = EVENT_ADAPTER.dump_python(evt, mode="json", exclude_none=True)
             for key in ("id", "created_at", "kind", "summary", "targets"):
@@ -387,7 +391,7 @@ class Viewer:
             s=s,
             v=view,
             at=at,
-            messages=[json.dumps(m, indent=2, ensure_ascii=False) for m in messages],
+            messages=show_messages(messages),
             fingerprint=view.fingerprint(),
             budget=budget,
             model=model,
