@@ -138,13 +138,18 @@ def _size(n: int) -> str:
     return f"{n / (1024 * 1024):,.1f} MB"
 
 
+def _b64_size(text: str) -> int:
+    """How many bytes base64 ``text`` decodes to (without decoding it)."""
+    return len(text) * 3 // 4 - (len(text) - len(text.rstrip("=")))
+
+
 def _data_url_label(url: str) -> str:
     """``data:image/png;base64,...`` -> ``image/png, 12.3 KB inline``; a URL as itself."""
     if not url.startswith("data:"):
         return url
     head, _, body = url.partition(",")
     media = head[5:].split(";", 1)[0] or "data"
-    size = len(body) * 3 // 4 if head.endswith(";base64") else len(body)
+    size = _b64_size(body) if head.endswith(";base64") else len(body)
     return f"{media}, {_size(size)} inline"
 
 
@@ -175,7 +180,7 @@ def _content_blocks(content: Any) -> list[Block]:
             out.append(Block("attachment", label="file: " + ", ".join(bits or ["(unnamed)"])))
         elif kind == "input_audio" and isinstance(c.get("input_audio"), dict):
             audio = c["input_audio"]
-            size = len(str(audio.get("data", ""))) * 3 // 4
+            size = _b64_size(str(audio.get("data", "")))
             out.append(
                 Block("attachment", label=f"audio: {audio.get('format', '?')}, {_size(size)}")
             )
