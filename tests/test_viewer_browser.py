@@ -13,6 +13,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -39,18 +40,13 @@ def _require_browser() -> None:
         pytest.skip(reason)
 
 
-@pytest.fixture
-def server(db_url: str) -> Iterator[tuple[str, Any]]:
-    """The viewer on a free loopback port, over a freshly built audit database."""
-    _require_browser()
+@contextmanager
+def serving(store: Any) -> Iterator[str]:
+    """The viewer over ``store`` on a free loopback port; yields its base URL."""
     import uvicorn
-    from viewer_data import build
 
-    from eventstore import EventStore
     from eventstore.cli.viewer import create_app
 
-    audit = build(db_url, f"t-{uuid.uuid4().hex}")
-    store = EventStore(db_url, tenant=audit.tenant, upgrade=False)
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
@@ -64,10 +60,26 @@ def server(db_url: str) -> Iterator[tuple[str, Any]]:
         assert time.monotonic() < deadline, "the viewer did not start"
         time.sleep(0.05)
     try:
-        yield f"http://127.0.0.1:{port}", audit
+        yield f"http://127.0.0.1:{port}"
     finally:
         srv.should_exit = True
         thread.join(10)
+
+
+@pytest.fixture
+def server(db_url: str) -> Iterator[tuple[str, Any]]:
+    """The viewer on a free loopback port, over a freshly built audit database."""
+    _require_browser()
+    from viewer_data import build
+
+    from eventstore import EventStore
+
+    audit = build(db_url, f"t-{uuid.uuid4().hex}")
+    store = EventStore(db_url, tenant=audit.tenant, upgrade=False)
+    try:
+        with serving(store) as base:
+            yield base, audit
+    finally:
         store.close()
 
 
@@ -179,3 +191,69 @@ def test_clicking_a_condensation_marker_opens_that_event(
     assert browser.current_url.endswith(f"/sessions/{sid}/events/{seq}")
     assert browser.find_elements(By.CSS_SELECTOR, "ul.forgotten li a")
     assert browser.find_element(By.CSS_SELECTOR, "td.condenser").text
+
+
+def test_the_view_reads_as_messages_with_links_folds_and_json_in_chromium(
+    store: Any, browser: Any
+) -> None:
+    """An imported Claude Code session: thinking shown, a call's link lands on its result,
+    the JSON unfolds to the exact message, the fold buttons work under the policy, and
+    hostile text stays text."""
+    _require_browser()
+    from pathlib import Path
+
+    from selenium.common.exceptions import NoAlertPresentException
+    from selenium.webdriver.common.by import By
+    from viewer_data import CLAUDE, HOSTILE, hostile_session
+
+    from eventstore.importers import import_transcript
+
+    [imported] = import_transcript(store, Path(CLAUDE))
+    sent = store.view(imported.session_id).to_messages()
+    hostile = hostile_session(store)
+    with serving(store) as base:
+        browser.get(f"{base}/sessions/{imported.session_id}/view")
+        wait_for(browser, "#messages li.msg")
+        thinking = next(b["thinking"] for m in sent for b in m.get("thinking_blocks") or [])
+        first = browser.find_element(By.CSS_SELECTOR, "#messages details.reasoning pre")
+        assert first.is_displayed() and first.text == thinking.strip()
+
+        link = browser.find_element(By.CSS_SELECTOR, "#messages details.tool_call a.pair")
+        target = link.get_attribute("href").split("#", 1)[1]
+        link.click()
+        assert browser.current_url.endswith("#" + target)
+        landed = browser.execute_script("return document.querySelector(':target')")
+        assert landed.get_attribute("id") == target and "tool_result" in landed.get_attribute(
+            "class"
+        )
+
+        item = browser.find_element(By.CSS_SELECTOR, "#m1")
+        exact = item.find_element(By.CSS_SELECTOR, "details.json pre")
+        assert not exact.is_displayed()
+        item.find_element(By.CSS_SELECTOR, "details.json summary").click()
+        assert exact.is_displayed() and json.loads(exact.text) == sent[0]
+
+        blocks = "#messages details.block"
+        browser.find_element(By.CSS_SELECTOR, 'button.fold[data-fold="close"]').click()
+        assert (
+            browser.execute_script(f"return document.querySelectorAll('{blocks}[open]').length")
+            == 0
+        )
+        browser.find_element(By.CSS_SELECTOR, 'button.fold[data-fold="open"]').click()
+        assert (
+            browser.execute_script(
+                f"return document.querySelectorAll('{blocks}:not([open])').length"
+            )
+            == 0
+        )
+
+        browser.get(f"{base}/sessions/{hostile}/view")
+        wait_for(browser, "#messages li.msg")
+        with pytest.raises(NoAlertPresentException):  # no script in the content ran
+            _ = browser.switch_to.alert
+        outputs = browser.find_elements(By.CSS_SELECTOR, "#messages details.tool_result pre")
+        assert HOSTILE in outputs[0].text
+        refused = [
+            e for e in browser.get_log("browser") if "Content Security Policy" in e["message"]
+        ]
+        assert refused == []

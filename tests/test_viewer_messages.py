@@ -9,7 +9,6 @@ import html
 import json
 import re
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -19,13 +18,12 @@ pytest.importorskip("starlette")
 pytest.importorskip("jinja2")
 
 from starlette.testclient import TestClient  # noqa: E402
+from viewer_data import CLAUDE, HOSTILE, hostile_session  # noqa: E402
 
 from eventstore import (  # noqa: E402
     EventStore,
-    FilePart,
     Message,
     ReasoningPart,
-    TextPart,
     ToolCallPart,
 )
 from eventstore.cli import cli  # noqa: E402
@@ -39,14 +37,6 @@ from eventstore.cli.viewer.messages import (  # noqa: E402
 from eventstore.importers import import_transcript  # noqa: E402
 
 LOCAL = "http://127.0.0.1:8765"
-CLAUDE = (
-    Path(__file__).parent
-    / "data"
-    / "transcripts"
-    / "claude-code"
-    / "vibecodingtracker-claude_code.jsonl"
-)
-HOSTILE = "<script>alert('x')</script>"
 
 
 @pytest.fixture
@@ -154,39 +144,6 @@ def test_an_imported_event_page_shows_its_thinking_and_calls_readably(
     assert json.loads(html.unescape(re.search(r"<pre>(.*?)</pre>", stored, re.S).group(1)))[  # type: ignore[union-attr]
         "parts"
     ] == [p.model_dump(mode="json", exclude_none=True) for p in msg.parts]
-
-
-def hostile_session(store: EventStore) -> str:
-    sid = store.create_session(title=HOSTILE).id
-    store.append(
-        sid,
-        [
-            Message.user(f"</pre>{HOSTILE}<pre>"),
-            Message(
-                role="assistant",
-                parts=[
-                    ReasoningPart(text=f"thinking {HOSTILE}"),
-                    TextPart(text="calling"),
-                    ToolCallPart(
-                        id='call"><img src=x onerror=alert(1)>',
-                        name=f"tool{HOSTILE}",
-                        arguments=json.dumps({f"<b>{HOSTILE}": f"line one\n{HOSTILE}"}),
-                    ),
-                ],
-            ),
-            Message.tool(
-                'call"><img src=x onerror=alert(1)>', f"out\n{HOSTILE}\n</details>", name="t"
-            ),
-            Message(
-                role="user",
-                parts=[
-                    FilePart(media_type="image/png", data=b"\x89PNG" + b"0" * 2044),
-                    FilePart(media_type="image/png", data=b"\x89PNG", name=HOSTILE),
-                ],
-            ),
-        ],
-    )
-    return sid
 
 
 def test_hostile_content_in_outputs_arguments_and_ids_is_escaped(

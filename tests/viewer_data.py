@@ -1,8 +1,10 @@
-"""Databases for the viewer tests: a real trajectory condensed turn by turn, and a small
-synthetic session with a prune, a condensation, llm calls and a fork."""
+"""Databases for the viewer tests: a real trajectory condensed turn by turn, a small
+synthetic session with a prune, a condensation, llm calls and a fork, and a session of
+hostile markup."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -12,9 +14,12 @@ from condensers import CondensationPolicy
 from eventstore import (
     Condensation,
     EventStore,
+    FilePart,
     Message,
     PartRef,
     Prune,
+    ReasoningPart,
+    TextPart,
     ToolCallPart,
 )
 from eventstore.budget import Budget
@@ -117,3 +122,45 @@ def build(url: str, tenant: str, *, real: bool = True) -> AuditDb:
         for sid in filter(None, (db.synthetic, db.real)):
             db.condensations[sid] = [e.seq for e in store.read(sid, kinds=["condensation"])]
     return db
+
+
+#: A real Claude Code session with thinking blocks, tool calls and results (see
+#: data/transcripts/PROVENANCE.md).
+CLAUDE = Path(__file__).parent / "data/transcripts/claude-code/vibecodingtracker-claude_code.jsonl"
+#: Markup that must reach every page as text.
+HOSTILE = "<script>alert('x')</script>"
+
+
+def hostile_session(store: EventStore) -> str:
+    """Four messages with markup in a text, a reasoning, a tool call's id, name, argument
+    key and value, a tool output, and a file name."""
+    sid = store.create_session(title=HOSTILE).id
+    store.append(
+        sid,
+        [
+            Message.user(f"</pre>{HOSTILE}<pre>"),
+            Message(
+                role="assistant",
+                parts=[
+                    ReasoningPart(text=f"thinking {HOSTILE}"),
+                    TextPart(text="calling"),
+                    ToolCallPart(
+                        id='call"><img src=x onerror=alert(1)>',
+                        name=f"tool{HOSTILE}",
+                        arguments=json.dumps({f"<b>{HOSTILE}": f"line one\n{HOSTILE}"}),
+                    ),
+                ],
+            ),
+            Message.tool(
+                'call"><img src=x onerror=alert(1)>', f"out\n{HOSTILE}\n</details>", name="t"
+            ),
+            Message(
+                role="user",
+                parts=[
+                    FilePart(media_type="image/png", data=b"\x89PNG" + b"0" * 2044),
+                    FilePart(media_type="image/png", data=b"\x89PNG", name=HOSTILE),
+                ],
+            ),
+        ],
+    )
+    return sid
