@@ -424,4 +424,4 @@ def test_site_builds_with_every_page_and_the_api(tmp_path: Path) -> None:
         assert f'id="{anchor}"' in api, anchor
     assert 'id="condensers.CondensationPolicy"' in api
     assert ":class:" not in api and ":func:" not in api  # docs/griffe_roles.py at work
-    assert (site / "viewer-timeline.png").exists()
+    assert (site / "viewer-timeline.png").exists() and (site / "viewer-messages.png").exists()
