@@ -207,24 +207,26 @@ def test_message_blocks_name_every_part_and_keep_other_fields() -> None:
         {
             "role": "user",
             "content": [
-                {"type": "text", "text": "look"},
+                {"type": "text", "text": "look", "cache_control": {"type": "ephemeral"}},
                 {"type": "image_url", "image_url": {"url": "https://example.org/a.png"}},
                 {"type": "file", "file": {"filename": "spec.pdf", "file_id": "file-1"}},
                 {"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}},
                 {"type": "reasoning", "encrypted_content": "zz"},
             ],
-            "cache_control": {"type": "ephemeral"},
+            "metadata": {"turn": 1},
         }
     )
     assert [(b.kind, b.label) for b in blocks] == [
         ("text", ""),
+        ("other", "text part fields"),
         ("attachment", "image: https://example.org/a.png"),
         ("attachment", "file: spec.pdf, file-1"),
         ("attachment", "audio: wav, 3 bytes"),
         ("other", "reasoning"),
         ("other", "other fields"),
     ]
-    assert json.loads(blocks[-1].text) == {"cache_control": {"type": "ephemeral"}}
+    assert json.loads(blocks[1].text) == {"cache_control": {"type": "ephemeral"}}
+    assert json.loads(blocks[-1].text) == {"metadata": {"turn": 1}}
     redacted = message_blocks(
         {
             "role": "assistant",

@@ -166,6 +166,9 @@ def _content_blocks(content: Any) -> list[Block]:
         kind = c.get("type") if isinstance(c, dict) else None
         if kind == "text" and isinstance(c.get("text"), str):
             out.append(Block("text", text=c["text"]))
+            marks = {k: v for k, v in c.items() if k not in ("type", "text")}
+            if marks:  # a cache breakpoint, citations: shown, not dropped
+                out.append(Block("other", text=_indented(marks), label="text part fields"))
         elif kind == "image_url":
             image = c.get("image_url")
             url = image.get("url", "") if isinstance(image, dict) else str(image or "")
