@@ -224,20 +224,14 @@ def message_blocks(m: dict[str, Any]) -> list[Block]:
             isinstance(c, dict) and c.get("type") == "text" for c in content
         ):
             content = "\n".join(str(c.get("text", "")) for c in content)
-        if isinstance(content, str) or content is None:
-            out = [
-                Block(
-                    "tool_result",
-                    text=content or "",
-                    label=str(m.get("name") or ""),
-                    call_id=m.get("tool_call_id"),
-                )
-            ]
-        else:
-            out = [
-                Block("tool_result", label=str(m.get("name") or ""), call_id=m.get("tool_call_id"))
-            ]
-            out += _content_blocks(content)
+        plain = content is None or isinstance(content, str)
+        result = Block(
+            "tool_result",
+            text=(content or "") if plain else "",
+            label=str(m.get("name") or ""),
+            call_id=m.get("tool_call_id"),
+        )
+        out = [result] if plain else [result, *_content_blocks(content)]
     else:
         out = _reasoning_blocks(m) + _content_blocks(m.get("content"))
         for call in m.get("tool_calls") or []:
