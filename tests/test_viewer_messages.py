@@ -264,3 +264,17 @@ def test_results_pair_with_calls_in_order_when_an_id_repeats() -> None:
     )
     assert [b.pair for m in shown for b in m.blocks] == [2, 1, 4, 3, None]
     assert shown[4].blocks[0].anchor == "" and shown[4].blocks[0].colour is None
+
+
+def test_a_page_of_messages_numbers_and_links_from_its_first() -> None:
+    call = {"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    shown = show_messages(
+        [
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "c", "content": "ok"},
+        ],
+        start=41,
+    )
+    assert [m.number for m in shown] == [41, 42]
+    assert (shown[0].blocks[0].pair, shown[0].blocks[0].pair_anchor) == (42, "m42-result-0")
+    assert (shown[1].blocks[0].pair, shown[1].blocks[0].pair_anchor) == (41, "m41-call-0")

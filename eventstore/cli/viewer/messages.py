@@ -248,13 +248,14 @@ def message_blocks(m: dict[str, Any]) -> list[Block]:
     return out
 
 
-def link_pairs(messages: Sequence[Sequence[Block]]) -> None:
+def link_pairs(messages: Sequence[Sequence[Block]], start: int = 1) -> None:
     """Point each tool result at the message holding its call and back, giving the two
     one colour and anchors to reach each other by. Calls and results pair by id in order
-    (some agents reuse an id within one history, as the view's rendering allows)."""
+    (some agents reuse an id within one history, as the view's rendering allows).
+    ``start`` is the number of the first message."""
     waiting: dict[str, list[tuple[int, Block]]] = {}
     count = 0
-    for number, blocks in enumerate(messages, 1):
+    for number, blocks in enumerate(messages, start):
         for i, b in enumerate(blocks):
             if b.call_id is None:
                 continue
@@ -273,9 +274,9 @@ def link_pairs(messages: Sequence[Sequence[Block]]) -> None:
                 call.pair, call.pair_anchor = number, b.anchor
 
 
-def show_messages(messages: Iterable[dict[str, Any]]) -> list[ShownMessage]:
+def show_messages(messages: Iterable[dict[str, Any]], start: int = 1) -> list[ShownMessage]:
     """Chat messages laid out for reading, each with its exact JSON, calls and results
-    linked."""
+    linked; ``start`` is the number of the first (a page of a longer list)."""
     shown = [
         ShownMessage(
             number=n,
@@ -284,9 +285,9 @@ def show_messages(messages: Iterable[dict[str, Any]]) -> list[ShownMessage]:
             blocks=message_blocks(m),
             json=json.dumps(m, indent=2, ensure_ascii=False),
         )
-        for n, m in enumerate(messages, 1)
+        for n, m in enumerate(messages, start)
     ]
-    link_pairs([s.blocks for s in shown])
+    link_pairs([s.blocks for s in shown], start)
     return shown
 
 
