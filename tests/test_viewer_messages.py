@@ -138,8 +138,22 @@ def test_an_imported_event_page_shows_its_thinking_and_calls_readably(
     reasoning = next(p for p in msg.parts if isinstance(p, ReasoningPart))
     assert '<details class="block reasoning" open>' in page
     assert f"<pre>{escape(reasoning.text)}</pre>" in page
+    results = {
+        p.tool_call_id: s.seq
+        for s in store.read(sid)
+        if isinstance(s.event, Message)
+        for p in s.event.tool_results
+    }
     for call in msg.tool_calls:
         assert f'<code class="call-id">{call.id}</code>' in page
+        # The call links to the event holding its result, and that one back.
+        seq_of_result = results[call.id]
+        assert (
+            f'<a class="pair" href="/sessions/{sid}/events/{seq_of_result}">'
+            f"its result at seq {seq_of_result}</a>"
+        ) in page
+        back = client.get(f"/sessions/{sid}/events/{seq_of_result}").text
+        assert f'href="/sessions/{sid}/events/{seq}">its call at seq {seq}</a>' in back
     stored = page[page.index('<details class="json">') :]
     assert json.loads(html.unescape(re.search(r"<pre>(.*?)</pre>", stored, re.S).group(1)))[  # type: ignore[union-attr]
         "parts"
@@ -276,5 +290,5 @@ def test_a_page_of_messages_numbers_and_links_from_its_first() -> None:
         start=41,
     )
     assert [m.number for m in shown] == [41, 42]
-    assert (shown[0].blocks[0].pair, shown[0].blocks[0].pair_anchor) == (42, "m42-result-0")
-    assert (shown[1].blocks[0].pair, shown[1].blocks[0].pair_anchor) == (41, "m41-call-0")
+    assert (shown[0].blocks[0].pair, shown[0].blocks[0].pair_href) == (42, "#m42-result-0")
+    assert (shown[1].blocks[0].pair, shown[1].blocks[0].pair_href) == (41, "#m41-call-0")

@@ -53,7 +53,7 @@ from eventstore.events import EventKind
 from ..render import event_preview, event_role, one_line, time_str
 from .charts import token_chart
 from .digest import INLINE_LIMIT, Digest, Digests
-from .messages import part_blocks, show_messages
+from .messages import link_events, part_blocks, show_messages
 
 if TYPE_CHECKING:
     from eventstore import EventStore, Session, StoredEvent, VerifyReport, View
@@ -338,6 +338,9 @@ class Viewer:
         ctx: dict[str, Any] = {"e": stored, "role": event_role(stored), "fields": None}
         if isinstance(evt, Message):
             ctx["blocks"] = part_blocks(evt.parts)
+            digest = self.digests.get(s.id, s.head_seq)
+            if digest is not None:  # while the log is still being read, no pair links
+                link_events(ctx["blocks"], digest.calls, digest.results, s.id)
             stored_json = EVENT_ADAPTER.dump_python(evt, mode="json", exclude_none=True)
             ctx["stored_json"] = json.dumps(stored_json, indent=2, ensure_ascii=False)
         else:

@@ -63,13 +63,16 @@ class Block:
     arguments: list[tuple[str, str]] | None = None
     """A call's arguments key by key when they are a JSON object (strings as they read)."""
     pair: int | None = None
-    """The 1-based number of the message holding the other half of a call/result pair."""
+    """Where the other half of a call/result pair is: the number of the message holding
+    it (the view page) or the seq of its event (the event page)."""
+    pair_href: str = ""
+    """The link to the other half: ``#`` and its anchor, or its event's page."""
+    pair_in: Literal["message", "seq"] = "message"
+    """What :attr:`pair` counts."""
     colour: int | None = None
     """Which pair colour a call and its result share."""
     anchor: str = ""
     """The element id a paired block is reached by."""
-    pair_anchor: str = ""
-    """The element id of the other half."""
 
     @property
     def lines(self) -> int:
@@ -270,8 +273,8 @@ def link_pairs(messages: Sequence[Sequence[Block]], start: int = 1) -> None:
                 b.anchor = f"m{number}-result-{i}"
                 b.colour = call.colour = count % PAIR_COLOURS
                 count += 1
-                b.pair, b.pair_anchor = call_number, call.anchor
-                call.pair, call.pair_anchor = number, b.anchor
+                b.pair, b.pair_href = call_number, f"#{call.anchor}"
+                call.pair, call.pair_href = number, f"#{b.anchor}"
 
 
 def show_messages(messages: Iterable[dict[str, Any]], start: int = 1) -> list[ShownMessage]:
@@ -325,3 +328,18 @@ def part_blocks(parts: Iterable[Part]) -> list[Block]:
         elif isinstance(p, ProviderPart):
             out.append(Block("other", text=_indented(p.item), label=f"{p.provider} item"))
     return out
+
+
+def link_events(
+    blocks: Iterable[Block], calls: dict[str, int], results: dict[str, int], session_id: str
+) -> None:
+    """Point the calls and results of one stored message at the events holding their
+    other halves (``calls`` and ``results`` map a call id to the seq of its call or of its
+    result)."""
+    for b in blocks:
+        if b.call_id is None:
+            continue
+        seq = (results if b.kind == "tool_call" else calls).get(b.call_id)
+        if seq is not None and b.kind in ("tool_call", "tool_result"):
+            b.pair, b.pair_in = seq, "seq"
+            b.pair_href = f"/sessions/{session_id}/events/{seq}"
