@@ -15,9 +15,8 @@ rebinding) cannot read it. Every response carries ``X-Content-Type-Options: nosn
     ``?kind=K``); each row expands to the full event with htmx.
 ``/sessions/{id}/view?at=N``
     The view at seq N, its messages laid out to read (each with its exact JSON), tokens
-    against the budget, its fingerprint
-    (the string ``eventstore view ID --at N --json`` prints) and a diff against the view
-    sent at the previous llm call.
+    against the budget, its fingerprint (the string ``eventstore view ID --at N --json``
+    prints) and a diff against the view sent at the previous llm call.
 ``/sessions/{id}/events/{seq}``
     One event in full; a condensation lists what it forgot, a prune each original part.
 ``/sessions/{id}/verify``
