@@ -88,10 +88,13 @@ _LOCK_HEAD = select(sessions.c.head_seq, sessions.c.head_hash).where(
 _LOCK_HEAD_PG = _LOCK_HEAD.with_for_update()
 
 
-def lock_head(conn: Connection, tenant: str, session_id: str) -> tuple[int, str | None]:
-    """The session's head seq and hash, locked for the rest of the transaction."""
+def lock_head(
+    conn: Connection, tenant: str, session_id: str, *, lock: bool = True
+) -> tuple[int, str | None]:
+    """The session's head seq and hash, locked for the rest of the transaction (unless
+    not ``lock``)."""
     check_lookup(tenant, session_id)
-    q = _LOCK_HEAD_PG if conn.dialect.name == "postgresql" else _LOCK_HEAD
+    q = _LOCK_HEAD_PG if lock and conn.dialect.name == "postgresql" else _LOCK_HEAD
     row = conn.execute(q, {"sid": session_id, "tenant": tenant}).first()
     if row is None:
         raise NotFoundError(f"no session {session_id!r} for tenant {tenant!r}")
