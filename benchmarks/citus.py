@@ -37,7 +37,8 @@ DEFAULT_CITUS = "postgresql+psycopg://postgres@127.0.0.1:5441/eventstore_bench_c
 GOALS = {"append 1 event": 2.0, "append 1,000 events": 1.5, "view, 50-event tail": 1.5}
 _TABLES = (
     "parts", "events", "fork_compactions", "feed_pending", "search_docs", "sessions",
-    "session_keys", "blobs", "feed", "feed_cursor", "search_progress", "alembic_version",
+    "session_keys", "blobs", "feed", "feed_cursor", "search_progress", "purge_marks",
+    "alembic_version",
 )  # fmt: skip
 
 

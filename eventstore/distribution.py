@@ -178,13 +178,15 @@ def _routed_append_statements(conn: Connection) -> list[str]:
 
 
 def _has_routed_append(conn: Connection) -> bool:
+    """Whether this version's routed append function is there, distributed (by its
+    signature: an earlier version's, of other argument types, is not what appends call)."""
     from ._append import postgres
 
     return bool(
         conn.exec_driver_sql(
-            "SELECT EXISTS (SELECT 1 FROM pg_dist_object o JOIN pg_proc p "
-            "ON o.classid = 'pg_proc'::regclass AND o.objid = p.oid "
-            f"WHERE p.proname = '{postgres.ROUTED_FUNCTION}' "
+            "SELECT EXISTS (SELECT 1 FROM pg_dist_object o "
+            "WHERE o.classid = 'pg_proc'::regclass "
+            f"AND o.objid = to_regprocedure('{postgres.ROUTED_SIGNATURE}') "
             "AND o.distribution_argument_index IS NOT NULL)"
         ).scalar()
     )

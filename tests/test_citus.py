@@ -19,7 +19,7 @@ from click.testing import CliRunner
 from sqlalchemy import create_engine, event, text
 from sqlalchemy.engine import make_url
 
-from eventstore import EventStore, Message
+from eventstore import Condensation, EventStore, Message, PartRef, Prune
 from eventstore.cli import cli
 
 CITUS_URL = os.environ.get("EVENTSTORE_TEST_CITUS_URL")
@@ -128,20 +128,21 @@ def test_appends_are_routed_to_one_worker_without_two_phase_commit(distributed_u
         thousand = list(log.sent)
         log.sent.clear()
         other = store.create_session()
-        store.append(other.id, batch)  # a first append of 1,000: COPY, locked
-        copied = list(log.sent)
+        store.append(other.id, batch)  # a first append of 1,000: the head read, then routed
+        first_batch = list(log.sent)
         log.recording = False
-        for name, sent in (("first", first), ("one", one)):
+        every = (("first", first), ("one", one), ("1,000", thousand), ("first 1,000", first_batch))
+        for name, sent in every:
             assert sent, f"{name}: no remote command logged (is this a Citus coordinator?)"
             assert not any("PREPARE TRANSACTION" in s for s in sent), (name, sent)
             assert not any("COMMIT PREPARED" in s for s in sent), (name, sent)
-        # The routed call goes whole to the worker: one delegated function call.
-        assert sum("eventstore_append_routed" in s for s in one) == 1, one
-        # A large batch goes by COPY, which Citus commits by two-phase commit: on the
-        # session's worker only (one PREPARE), every command naming that session's shards.
-        for name, sent in (("1,000", thousand), ("copied", copied)):
-            assert sum("PREPARE TRANSACTION" in s for s in sent) == 1, (name, sent)
-            assert any(s.startswith("issuing COPY public.events_") for s in sent), name
+            # No COPY (Citus commits every COPY into a distributed table by two-phase
+            # commit), and one worker: every shard named is one session's.
+            assert not any(" COPY " in s for s in sent), (name, sent)
+        # A guarded append, of one event or of 1,000, goes whole to the worker: one
+        # delegated function call.
+        for name, sent in (("one", one), ("1,000", thousand), ("first 1,000", first_batch)):
+            assert sum("eventstore_append_routed" in s for s in sent) == 1, (name, sent)
         assert store.head(session.id) == 1_002
         assert store.head(other.id) == 1_000
         assert store.verify(session.id).ok and store.verify(other.id).ok
@@ -149,6 +150,40 @@ def test_appends_are_routed_to_one_worker_without_two_phase_commit(distributed_u
             "event 998",
             "event 999",
         ]
+    finally:
+        store.close()
+        log.engine.dispose()
+
+
+def test_prunes_condensations_seals_and_purges_commit_without_two_phase_commit(
+    distributed_url: str,
+) -> None:
+    log = _RemoteCommands(distributed_url)
+    store = EventStore(engine=log.engine, tenant=f"t-{uuid.uuid4().hex}")
+    try:
+        s = store.create_session()
+        store.append(s.id, [Message.user("task"), Message.tool("c", "out")])
+        store.append(s.id, [Message.user(f"event {i}") for i in range(20)])
+        sent: dict[str, list[str]] = {}
+
+        def run(name: str, fn: Any) -> None:
+            log.sent.clear()
+            log.recording = True
+            fn()
+            log.recording = False
+            sent[name] = list(log.sent)
+
+        run("prune", lambda: store.append(s.id, [Prune(targets=[PartRef(seq=2, index=0)])]))
+        cut = Condensation(summary="earlier", forgotten_from=3, forgotten_to=10)
+        run("condensation", lambda: store.append(s.id, [cut]))
+        run("seal", lambda: store.seal(s.id, b"k" * 32))
+        run("purge", lambda: store.purge(s.id, through_seq=5))
+        for name, commands in sent.items():
+            assert commands, f"{name}: no remote command logged"
+            assert not any("PREPARE TRANSACTION" in c for c in commands), (name, commands)
+            assert not any(" COPY " in c for c in commands), (name, commands)
+        assert store.verify(s.id, key=b"k" * 32).ok
+        assert store.view(s.id).to_messages()[0]["content"].endswith("earlier")
     finally:
         store.close()
         log.engine.dispose()

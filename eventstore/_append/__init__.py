@@ -50,9 +50,20 @@ def append(
     model: :meth:`~eventstore.EventStore.append` needs only the seqs)."""
     encoded = encode(store, events, idempotency_key)
     known = guarded.known_head(store, session_id, expected_seq)
-    # (On Citus too: the routed call's INSERT from arrays costs more per row on the worker
-    # than the locked path's many-row INSERTs, past a few dozen events.)
-    capped = store.dialect == "postgresql"
+    # On Citus a batch of any size is one routed call: the locked path's COPY into a
+    # distributed table always commits by two-phase commit, and its many-row INSERTs
+    # are planned row by row.
+    routed = store.dialect == "postgresql" and guarded.routed(store)
+    capped = store.dialect == "postgresql" and not routed
+    if (
+        known is None
+        and routed
+        and len(encoded) > postgres.MAX_GUARDED_BATCH
+        and guarded.eligible(encoded, idempotency_key, capped)
+    ):
+        # A large batch to a session whose head this store does not know: read it (one
+        # routed statement), so that the batch goes the routed way too.
+        known = guarded.read_head(store, session_id, expected_seq)
     if known is not None and guarded.eligible(encoded, idempotency_key, capped):
         done = guarded.append(store, session_id, encoded, *known)
         if done is not None:

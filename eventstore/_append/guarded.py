@@ -34,12 +34,14 @@ from .. import _sql
 from .._engine import busy_error
 from ..codec import Encoded
 from ..distribution import routes_appends
+from ..errors import NotFoundError
 from ..events import utcnow
 from . import postgres, sqlite
+from .locked import lock_head
 from .rows import Rows, Write
 from .store import Store
 
-__all__ = ["eligible", "known_head", "append", "landed", "close"]
+__all__ = ["eligible", "known_head", "routed", "read_head", "append", "landed", "close"]
 
 
 def eligible(encoded: Sequence[Encoded], idempotency_key: str | None, capped: bool) -> bool:
@@ -68,6 +70,26 @@ def known_head(
     if cached is None or (expected_seq is not None and expected_seq != cached[0]):
         return None
     return cached
+
+
+def routed(store: Store) -> bool:
+    """Whether the store's appends go through the routed function (Citus): known once
+    the schema is opened, or, on a caller's engine, from its first write."""
+    store._open_schema()
+    return store._routed
+
+
+def read_head(
+    store: Store, session_id: str, expected_seq: int | None
+) -> tuple[int, str | None] | None:
+    """The session's head seq and hash as stored now (not locked: the guarded write
+    checks it), unless the caller expects another (or there is no such session): then
+    the locked path reports it."""
+    try:
+        head = store._run(lock_head, store.tenant, session_id, lock=False)
+    except NotFoundError:
+        return None
+    return None if expected_seq is not None and expected_seq != head[0] else head
 
 
 def append(

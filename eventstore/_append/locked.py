@@ -88,10 +88,13 @@ _LOCK_HEAD = select(sessions.c.head_seq, sessions.c.head_hash).where(
 _LOCK_HEAD_PG = _LOCK_HEAD.with_for_update()
 
 
-def lock_head(conn: Connection, tenant: str, session_id: str) -> tuple[int, str | None]:
-    """The session's head seq and hash, locked for the rest of the transaction."""
+def lock_head(
+    conn: Connection, tenant: str, session_id: str, *, lock: bool = True
+) -> tuple[int, str | None]:
+    """The session's head seq and hash, locked for the rest of the transaction (unless
+    not ``lock``)."""
     check_lookup(tenant, session_id)
-    q = _LOCK_HEAD_PG if conn.dialect.name == "postgresql" else _LOCK_HEAD
+    q = _LOCK_HEAD_PG if lock and conn.dialect.name == "postgresql" else _LOCK_HEAD
     row = conn.execute(q, {"sid": session_id, "tenant": tenant}).first()
     if row is None:
         raise NotFoundError(f"no session {session_id!r} for tenant {tenant!r}")
@@ -146,15 +149,7 @@ def write(
         sqlite=conn.dialect.name == "sqlite",
         idempotency_key=idempotency_key, batch_hash=batch_hash, hashes=hashes,
     )  # fmt: skip
-    # On Citus a small batch goes by INSERTs routed to the session's worker; a large one
-    # by COPY, which Citus always commits by two-phase commit (on that one worker), but
-    # whose rows it does not plan one by one: 1,000 events took 3-5x as long by INSERT.
-    routed = (
-        len(encoded) <= postgres.MAX_GUARDED_BATCH
-        and conn.dialect.name == "postgresql"
-        and routes_appends(conn)
-    )
-    insert_rows(conn, rows, routed=routed)
+    insert_rows(conn, rows)
     attached = {d: b for enc in encoded for d, b in enc.blobs.items()}
     if attached:
         blobs.save(conn, tenant, attached)
@@ -169,15 +164,24 @@ def write(
     )
 
 
-def insert_rows(conn: Connection, rows: Rows, *, routed: bool = False) -> None:
+def insert_rows(conn: Connection, rows: Rows) -> None:
     """Insert every row of ``rows`` through the driver, inside the caller's transaction:
-    ``COPY`` on Postgres (INSERTs Citus routes on distributed tables: ``routed``), the
-    SQLite module's INSERTs there. Driver errors are raised as SQLAlchemy raises its own
-    (so the store maps them as usual)."""
+    ``COPY`` on Postgres, the SQLite module's INSERTs there. Driver errors are raised as
+    SQLAlchemy raises its own (so the store maps them as usual).
+
+    On Citus a small batch (a purge's record, a prune, an idempotent retry's few events)
+    goes by INSERTs routed to the session's worker; a large one by COPY, which Citus
+    always commits by two-phase commit (on that one worker), but whose rows it does not
+    plan one by one: 1,000 events took 3-5x as long by INSERT. (A plain batch of any size
+    takes the routed function instead, see :mod:`eventstore._append`.)"""
     driver = conn.connection.driver_connection
     assert driver is not None
     try:
-        if routed:
+        if (
+            len(rows.encoded) <= postgres.MAX_GUARDED_BATCH
+            and conn.dialect.name == "postgresql"
+            and routes_appends(conn)
+        ):
             event_rows = rows.collect()
             with driver.cursor() as cur:
                 postgres.insert_rows_routed(cur, event_rows, rows.parts)
