@@ -105,7 +105,9 @@ def item_to_event(item: dict[str, Any]) -> Event:
     raw = {_RAW: item}
     if kind == "message" and item.get("role") in _ROLES:
         text = _text(item.get("content"))
-        if text is not None:
+        # An assistant message of empty text is neither content nor a call (appends refuse
+        # it): it stays an opaque item, as below.
+        if text is not None and (text.strip() or item.get("role") != "assistant"):
             role = _ROLES[item["role"]]
             return Message(role=role, parts=[TextPart(text=text)], extra=raw)  # type: ignore[arg-type]
     if kind == "function_call" and isinstance(item.get("call_id"), str):
