@@ -62,6 +62,7 @@ from ._io import Complete, Routine, adrive, append, drive, read_view
 from .base import PlanContext, Trigger
 from .pipeline import Outcome, Pipeline, default_pipeline
 from .pruning import ResultTruncator, ToolOutputPruner, unseen_seqs
+from .window import WindowCondenser
 
 if TYPE_CHECKING:
     from eventstore.budget import Budget
@@ -140,6 +141,9 @@ class Decision:
     """Explicit target, when the trigger sets one."""
     force: bool = False
     """Condense even below the target."""
+    windows: bool = False
+    """Run only the pipeline's windows that keep ``max_interactions`` (the view holds
+    more interactions than one of them keeps)."""
 
 
 class CondensationPolicy:
@@ -290,6 +294,10 @@ class CondensationPolicy:
                 scaled = self.budget.fraction(self.target) * view.tokens // size
                 return Decision("threshold", target_tokens=scaled)
             return Decision("threshold")
+        if any(w.over_by(view) for w in self._interaction_windows()):
+            # A window that keeps max_interactions acts whenever the view holds more,
+            # whatever its size (DSPy's window runs on every step).
+            return Decision("count", force=True, windows=True)
         if self.max_events is not None:
             tail = [i for i in view.items if not i.pinned]
             if len(tail) > self.max_events:
@@ -304,7 +312,9 @@ class CondensationPolicy:
         return PlanContext(
             trigger=d.trigger or "manual",
             target_tokens=d.target_tokens,
-            min_gain=self.min_gain if d.trigger in ("threshold", "count") else 0.0,
+            min_gain=self.min_gain
+            if d.trigger in ("threshold", "count") and not d.windows
+            else 0.0,
             focus=d.focus,
             request_seq=d.request_seq,
             token_counter=self.token_counter,
@@ -312,7 +322,16 @@ class CondensationPolicy:
         )
 
     def _steps(self, d: Decision) -> list[Any] | None:
+        if d.windows:
+            return list(self._interaction_windows())
         return self.pipeline.summarizing_steps() if d.trigger == "manual" else None
+
+    def _interaction_windows(self) -> list[WindowCondenser]:
+        return [
+            s
+            for s in self.pipeline.steps
+            if isinstance(s, WindowCondenser) and s.max_interactions is not None
+        ]
 
     # -- running
 
