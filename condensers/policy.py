@@ -224,6 +224,7 @@ class CondensationPolicy:
         self.use_usage = use_usage
         self._real_counter = real_counter
         self._seen: dict[str, Breaker] = {}  # the newest state read, for is_open only
+        self._opened: set[str] = set()  # sessions first_open has answered
 
     # -- decisions
 
@@ -251,6 +252,16 @@ class CondensationPolicy:
         if counter is None:
             return size
         return max(view.tokens, message_tokens(view.to_messages(), counter))
+
+    def first_open(self, session_id: str) -> bool:
+        """Whether this is the first time the session is opened through this policy (its
+        first load in the process, when the process holds one policy): the moment
+        :func:`complete` and the adapters run :meth:`maybe_prune`. Answers ``True``
+        once per session."""
+        if session_id in self._opened:
+            return False
+        self._opened.add(session_id)
+        return True
 
     def is_open(self, session_id: str) -> bool:
         """Whether the breaker was open in the newest view of the session this policy read
@@ -658,14 +669,17 @@ def complete(
     append_response: bool = True,
     view: View | None = None,
     prepare: bool = True,
+    prune_on_start: bool = True,
     **completion_kwargs: Any,
 ) -> Any:
     """Send the session's view to ``model``; on a context overflow condense and retry once.
 
     Before it sends, the view gets what ``policy`` would do to it: at the start of a
-    session (no model call recorded yet) the tool-output pruners run
-    (:meth:`CondensationPolicy.maybe_prune`), and every turn the policy's triggers are
-    checked (:meth:`CondensationPolicy.maybe_condense`), so a view over the threshold is
+    session (no model call recorded yet) and the first time a session is opened through
+    ``policy`` (a session resumed by a new process), the tool-output pruners run
+    (:meth:`CondensationPolicy.maybe_prune`: they write only when enough can be freed),
+    and every turn the policy's triggers are checked
+    (:meth:`CondensationPolicy.maybe_condense`), so a view over the threshold is
     condensed first rather than sent.
 
     The view sent is recorded as an ``llm_call`` event (seq and fingerprint) followed by
@@ -690,13 +704,23 @@ def complete(
             ``policy.options``).
         prepare: Prune at session start and condense over the threshold before sending
             (``False``: send the view as it is).
+        prune_on_start: Run the pruners when the session starts or is first opened
+            through ``policy`` (``False``: only the triggers run before sending).
         **completion_kwargs: Passed to ``litellm.completion`` (``api_base``, ``tools``...).
 
     Returns:
         The litellm response.
     """
     call = _Call(
-        session_id, model, policy, record, append_response, view, completion_kwargs, prepare
+        session_id,
+        model,
+        policy,
+        record,
+        append_response,
+        view,
+        completion_kwargs,
+        prepare,
+        prune_on_start,
     )
     return drive(call.routine(), store)
 
@@ -711,12 +735,21 @@ async def acomplete(
     append_response: bool = True,
     view: View | None = None,
     prepare: bool = True,
+    prune_on_start: bool = True,
     **completion_kwargs: Any,
 ) -> Any:
     """:func:`complete` on an :class:`~eventstore.AsyncEventStore`, calling the model with
     ``litellm.acompletion``."""
     call = _Call(
-        session_id, model, policy, record, append_response, view, completion_kwargs, prepare
+        session_id,
+        model,
+        policy,
+        record,
+        append_response,
+        view,
+        completion_kwargs,
+        prepare,
+        prune_on_start,
     )
     return await adrive(call.routine(), store)
 
@@ -731,6 +764,7 @@ class _Call:
     view: View | None
     kwargs: dict[str, Any]
     prepare: bool = True
+    prune_on_start: bool = True
 
     def routine(self) -> Routine[Any]:
         sid, policy = self.session_id, self.policy
@@ -738,7 +772,8 @@ class _Call:
         if view is None:
             view = yield from read_view(sid, policy.options)
         if self.prepare:
-            if session_start(view):
+            opened = policy.first_open(sid)  # answers once per session: always asked
+            if self.prune_on_start and (opened or session_start(view)):
                 pruned = yield from policy.prune_routine(sid, view)
                 if pruned.condensed and pruned.view is not None:
                     view = pruned.view
