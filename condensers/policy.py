@@ -469,11 +469,7 @@ class CondensationPolicy:
         if first is not None and decision.trigger == "manual" and out.error is None:
             out.error = race_message(first)
         elif decision.trigger == "manual" and not out.fits and out.error is None:
-            out.error = (
-                f"the view still needs {out.tokens_after:,} tokens of {out.available:,} "
-                "available: the pinned head and the newest messages alone are over the "
-                "budget (use a larger budget, or a shorter system prompt or task)"
-            )
+            out.error = unfit_message(out)
         return out
 
     def _recheck(self, session_id: str, out: Outcome, d: Decision) -> Routine[Outcome]:
@@ -559,7 +555,13 @@ class CondensationPolicy:
             if still_pending:  # not when another writer answered it meanwhile
                 first = lost_race_to(out, started_on)
                 reason = out.error or (
-                    race_message(first) if first is not None else "nothing could be forgotten"
+                    race_message(first)
+                    if first is not None
+                    else unfit_message(out)
+                    if not out.fits
+                    else fitted_message(out)
+                    if out.steps
+                    else "nothing could be forgotten"
                 )
                 events.append(
                     Custom(
@@ -609,6 +611,25 @@ def lost_race_to(out: Outcome, started_on: int | None) -> int | None:
 def race_message(seq: int) -> str:
     """What a run that lost the race to another condensation says."""
     return f"another condensation was written first: seq {seq}"
+
+
+def unfit_message(out: Outcome) -> str:
+    """What a manual run that could not make the view fit says."""
+    return (
+        f"the view still needs {out.tokens_after:,} tokens of {out.available:,} "
+        "available: the pinned head and the newest messages alone are over the "
+        "budget (use a larger budget, or a shorter system prompt or task)"
+    )
+
+
+def fitted_message(out: Outcome) -> str:
+    """What a manual run answers when its prunes (a head cut, say) made the view fit but
+    no condensation could be written."""
+    done = ", ".join(f"{s.condenser} at seq {s.seq}" for s in out.steps)
+    return (
+        f"the view fits ({out.tokens_after:,} tokens of {out.available:,} available) after "
+        f"{done}; nothing more could be forgotten"
+    )
 
 
 def grown_since(view: View, seq: int) -> int:
