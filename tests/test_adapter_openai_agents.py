@@ -625,3 +625,23 @@ def test_a_resumed_session_is_pruned_when_first_opened(db_url: str, prune_on_sta
             assert prunes == [] and all(o == "x" * 10_000 for o in outputs)
     finally:
         asyncio.run(store.close())
+
+
+def test_an_empty_assistant_item_is_kept_opaque(db_url: str) -> None:
+    """An assistant message item of empty text (appends refuse an empty assistant
+    message) is kept as the SDK's own item: get_items returns it, views leave it out."""
+    from eventstore.adapters.openai_agents import item_to_event
+
+    empty = {"role": "assistant", "content": ""}
+    evt = item_to_event(empty)
+    assert isinstance(evt.parts[0], ProviderPart)  # type: ignore[union-attr]
+    store = AsyncEventStore(db_url, tenant=f"t-{uuid.uuid4().hex}")
+    session = EventStoreSession(f"empty-{uuid.uuid4().hex}", store=store)
+    try:
+        items = [_user("hi"), empty, {"role": "assistant", "content": "hello"}]
+        asyncio.run(session.add_items(items))
+        assert asyncio.run(session.get_items()) == items
+        sync, sid = _store_session(session)
+        assert [m["content"] for m in sync.view(sid).to_messages()] == ["hi", "hello"]
+    finally:
+        asyncio.run(store.close())
