@@ -336,9 +336,16 @@ def empty_assistant(message: Message) -> bool:
     no parts, or only text parts holding nothing but whitespace. Reasoning, files and
     provider items are content. Appends refuse such a message; importers keep it as a
     :class:`Custom` event instead."""
-    if message.role != "assistant":
+    fields = message.__dict__  # plain reads: an append asks this of every message
+    if fields.get("role") != "assistant":
         return False
-    return all(isinstance(p, TextPart) and not p.text.strip() for p in message.parts)
+    for part in fields.get("parts") or ():
+        if type(part) is not TextPart:
+            return False
+        text = part.__dict__.get("text")
+        if text and not text.isspace():  # isspace(): no stripped copy of a long text
+            return False
+    return True
 
 
 class Usage(_Model):
