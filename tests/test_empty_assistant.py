@@ -22,8 +22,12 @@ from eventstore import (
 )
 from eventstore.budget import Budget
 from eventstore.events import EMPTY_ASSISTANT, Queued, empty_assistant
-from eventstore.importers import export_jsonl, import_file
-from eventstore.importers._writer import EMPTY_ASSISTANT_IMPORTED
+from eventstore.importers import (
+    EMPTY_ASSISTANT_IMPORTED,
+    export_jsonl,
+    import_file,
+    load_transcripts,
+)
 from eventstore.views import EMPTY_REPLY
 from tests.test_importers import _rehash
 
@@ -76,6 +80,8 @@ def test_an_imported_empty_reply_is_kept_as_a_custom_event(
         {"role": "assistant", "content": "Hello."},
     ]
     path.write_text(json.dumps(chat))
+    (loaded,) = load_transcripts(path, format="openai")  # what benchmarks replay, too
+    assert [e.kind for e in loaded.events] == ["message", "custom", "message", "message"]
     (session,) = import_file(store, path, format="openai")
     events = [s.event for s in store.read(session.id)]
     assert [e.kind for e in events] == ["message", "custom", "message", "message"]

@@ -27,7 +27,6 @@ from ..codec import new_id as fresh_id
 from ..errors import EventStoreError
 from ..events import (
     Condensation,
-    Custom,
     Event,
     Message,
     Prune,
@@ -38,16 +37,19 @@ from ..events import (
 from ..records import Session
 from ..store import EventStore
 from ._formats import Format, detect_format, load_transcripts
-from ._loading import ImportFormatError, Transcript, nesting_guard, parse_text
+from ._loading import (
+    ImportFormatError,
+    Transcript,
+    empty_replies_kept,
+    nesting_guard,
+    parse_text,
+)
 from .jsonl import parse_export
 
 Progress = Callable[[int, int], None]
 """Called with ``(events_done, events_total)`` after every appended batch."""
 
 DEFAULT_BATCH = 500
-EMPTY_ASSISTANT_IMPORTED = "import.empty_assistant"
-"""Name of the custom event an imported assistant message with neither content nor tool
-calls is kept as (see :func:`empty_replies_kept`)."""
 T = TypeVar("T")
 
 
@@ -148,23 +150,6 @@ def _kept_as_exported(evt: Event, t: Transcript) -> bool:
     return isinstance(evt, Purge) or (
         t.hashes is not None and isinstance(evt, Message) and empty_assistant(evt)
     )
-
-
-def empty_replies_kept(events: list[Event]) -> list[Event]:
-    """``events`` with each assistant message that has neither content nor tool calls
-    (which an append refuses: :func:`~eventstore.events.empty_assistant`) kept as a
-    :class:`~eventstore.events.Custom` event named ``import.empty_assistant`` holding the
-    message whole, in its place: nothing from the file is lost, and views, which skip
-    custom events, never send the empty message."""
-    out: list[Event] = []
-    for evt in events:
-        if isinstance(evt, Message) and empty_assistant(evt):
-            data = evt.model_dump(mode="json", exclude={"id", "created_at", "kind"})
-            evt = Custom(
-                name=EMPTY_ASSISTANT_IMPORTED, data=data, id=evt.id, created_at=evt.created_at
-            )
-        out.append(evt)
-    return out
 
 
 def _create(conn: Connection, store: EventStore, t: Transcript, sid: str | None) -> Session:
