@@ -62,6 +62,7 @@ from ._io import Complete, Routine, adrive, append, drive, read_view
 from .base import PlanContext, Trigger
 from .pipeline import Outcome, Pipeline, default_pipeline
 from .pruning import ResultTruncator, ToolOutputPruner, unseen_seqs
+from .window import WindowCondenser
 
 if TYPE_CHECKING:
     from eventstore.budget import Budget
@@ -140,6 +141,9 @@ class Decision:
     """Explicit target, when the trigger sets one."""
     force: bool = False
     """Condense even below the target."""
+    windows: bool = False
+    """Run only the pipeline's windows that keep ``max_interactions`` (the view holds
+    more interactions than one of them keeps)."""
 
 
 class CondensationPolicy:
@@ -220,6 +224,7 @@ class CondensationPolicy:
         self.use_usage = use_usage
         self._real_counter = real_counter
         self._seen: dict[str, Breaker] = {}  # the newest state read, for is_open only
+        self._opened: set[str] = set()  # sessions first_open has answered
 
     # -- decisions
 
@@ -247,6 +252,16 @@ class CondensationPolicy:
         if counter is None:
             return size
         return max(view.tokens, message_tokens(view.to_messages(), counter))
+
+    def first_open(self, session_id: str) -> bool:
+        """Whether this is the first time the session is opened through this policy (its
+        first load in the process, when the process holds one policy): the moment
+        :func:`complete` and the adapters run :meth:`maybe_prune`. Answers ``True``
+        once per session."""
+        if session_id in self._opened:
+            return False
+        self._opened.add(session_id)
+        return True
 
     def is_open(self, session_id: str) -> bool:
         """Whether the breaker was open in the newest view of the session this policy read
@@ -290,6 +305,10 @@ class CondensationPolicy:
                 scaled = self.budget.fraction(self.target) * view.tokens // size
                 return Decision("threshold", target_tokens=scaled)
             return Decision("threshold")
+        if any(w.over_by(view) for w in self._interaction_windows()):
+            # A window that keeps max_interactions acts whenever the view holds more,
+            # whatever its size (DSPy's window runs on every step).
+            return Decision("count", force=True, windows=True)
         if self.max_events is not None:
             tail = [i for i in view.items if not i.pinned]
             if len(tail) > self.max_events:
@@ -304,7 +323,9 @@ class CondensationPolicy:
         return PlanContext(
             trigger=d.trigger or "manual",
             target_tokens=d.target_tokens,
-            min_gain=self.min_gain if d.trigger in ("threshold", "count") else 0.0,
+            min_gain=self.min_gain
+            if d.trigger in ("threshold", "count") and not d.windows
+            else 0.0,
             focus=d.focus,
             request_seq=d.request_seq,
             token_counter=self.token_counter,
@@ -312,7 +333,16 @@ class CondensationPolicy:
         )
 
     def _steps(self, d: Decision) -> list[Any] | None:
+        if d.windows:
+            return list(self._interaction_windows())
         return self.pipeline.summarizing_steps() if d.trigger == "manual" else None
+
+    def _interaction_windows(self) -> list[WindowCondenser]:
+        return [
+            s
+            for s in self.pipeline.steps
+            if isinstance(s, WindowCondenser) and s.max_interactions is not None
+        ]
 
     # -- running
 
@@ -439,11 +469,7 @@ class CondensationPolicy:
         if first is not None and decision.trigger == "manual" and out.error is None:
             out.error = race_message(first)
         elif decision.trigger == "manual" and not out.fits and out.error is None:
-            out.error = (
-                f"the view still needs {out.tokens_after:,} tokens of {out.available:,} "
-                "available: the pinned head and the newest messages alone are over the "
-                "budget (use a larger budget, or a shorter system prompt or task)"
-            )
+            out.error = unfit_message(out)
         return out
 
     def _recheck(self, session_id: str, out: Outcome, d: Decision) -> Routine[Outcome]:
@@ -529,7 +555,13 @@ class CondensationPolicy:
             if still_pending:  # not when another writer answered it meanwhile
                 first = lost_race_to(out, started_on)
                 reason = out.error or (
-                    race_message(first) if first is not None else "nothing could be forgotten"
+                    race_message(first)
+                    if first is not None
+                    else unfit_message(out)
+                    if not out.fits
+                    else fitted_message(out)
+                    if out.steps
+                    else "nothing could be forgotten"
                 )
                 events.append(
                     Custom(
@@ -579,6 +611,25 @@ def lost_race_to(out: Outcome, started_on: int | None) -> int | None:
 def race_message(seq: int) -> str:
     """What a run that lost the race to another condensation says."""
     return f"another condensation was written first: seq {seq}"
+
+
+def unfit_message(out: Outcome) -> str:
+    """What a manual run that could not make the view fit says."""
+    return (
+        f"the view still needs {out.tokens_after:,} tokens of {out.available:,} "
+        "available: the pinned head and the newest messages alone are over the "
+        "budget (use a larger budget, or a shorter system prompt or task)"
+    )
+
+
+def fitted_message(out: Outcome) -> str:
+    """What a manual run answers when its prunes (a head cut, say) made the view fit but
+    no condensation could be written."""
+    done = ", ".join(f"{s.condenser} at seq {s.seq}" for s in out.steps)
+    return (
+        f"the view fits ({out.tokens_after:,} tokens of {out.available:,} available) after "
+        f"{done}; nothing more could be forgotten"
+    )
 
 
 def grown_since(view: View, seq: int) -> int:
@@ -639,14 +690,17 @@ def complete(
     append_response: bool = True,
     view: View | None = None,
     prepare: bool = True,
+    prune_on_start: bool = True,
     **completion_kwargs: Any,
 ) -> Any:
     """Send the session's view to ``model``; on a context overflow condense and retry once.
 
     Before it sends, the view gets what ``policy`` would do to it: at the start of a
-    session (no model call recorded yet) the tool-output pruners run
-    (:meth:`CondensationPolicy.maybe_prune`), and every turn the policy's triggers are
-    checked (:meth:`CondensationPolicy.maybe_condense`), so a view over the threshold is
+    session (no model call recorded yet) and the first time a session is opened through
+    ``policy`` (a session resumed by a new process), the tool-output pruners run
+    (:meth:`CondensationPolicy.maybe_prune`: they write only when enough can be freed),
+    and every turn the policy's triggers are checked
+    (:meth:`CondensationPolicy.maybe_condense`), so a view over the threshold is
     condensed first rather than sent.
 
     The view sent is recorded as an ``llm_call`` event (seq and fingerprint) followed by
@@ -671,13 +725,23 @@ def complete(
             ``policy.options``).
         prepare: Prune at session start and condense over the threshold before sending
             (``False``: send the view as it is).
+        prune_on_start: Run the pruners when the session starts or is first opened
+            through ``policy`` (``False``: only the triggers run before sending).
         **completion_kwargs: Passed to ``litellm.completion`` (``api_base``, ``tools``...).
 
     Returns:
         The litellm response.
     """
     call = _Call(
-        session_id, model, policy, record, append_response, view, completion_kwargs, prepare
+        session_id,
+        model,
+        policy,
+        record,
+        append_response,
+        view,
+        completion_kwargs,
+        prepare,
+        prune_on_start,
     )
     return drive(call.routine(), store)
 
@@ -692,12 +756,21 @@ async def acomplete(
     append_response: bool = True,
     view: View | None = None,
     prepare: bool = True,
+    prune_on_start: bool = True,
     **completion_kwargs: Any,
 ) -> Any:
     """:func:`complete` on an :class:`~eventstore.AsyncEventStore`, calling the model with
     ``litellm.acompletion``."""
     call = _Call(
-        session_id, model, policy, record, append_response, view, completion_kwargs, prepare
+        session_id,
+        model,
+        policy,
+        record,
+        append_response,
+        view,
+        completion_kwargs,
+        prepare,
+        prune_on_start,
     )
     return await adrive(call.routine(), store)
 
@@ -712,6 +785,7 @@ class _Call:
     view: View | None
     kwargs: dict[str, Any]
     prepare: bool = True
+    prune_on_start: bool = True
 
     def routine(self) -> Routine[Any]:
         sid, policy = self.session_id, self.policy
@@ -719,7 +793,8 @@ class _Call:
         if view is None:
             view = yield from read_view(sid, policy.options)
         if self.prepare:
-            if session_start(view):
+            opened = policy.first_open(sid)  # answers once per session: always asked
+            if self.prune_on_start and (opened or session_start(view)):
                 pruned = yield from policy.prune_routine(sid, view)
                 if pruned.condensed and pruned.view is not None:
                     view = pruned.view

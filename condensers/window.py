@@ -14,6 +14,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from eventstore.errors import ConfigurationError
+from eventstore.events import Message, ToolResultPart
 
 from .base import (
     PlanContext,
@@ -30,12 +31,16 @@ from .summarizing.extractive import ExtractiveSummarizer
 
 if TYPE_CHECKING:
     from eventstore.budget import Budget
-    from eventstore.views import View
+    from eventstore.events import Condensation
+    from eventstore.views import View, ViewItem
 
-__all__ = ["WindowCondenser", "trim_note", "DEFAULT_NOTE", "TRUNCATION_NOTE"]
+__all__ = ["WindowCondenser", "trim_note", "DEFAULT_NOTE", "INTERACTIONS_NOTE", "TRUNCATION_NOTE"]
 
 DEFAULT_NOTE = "[Context trimmed: {n} earlier events are omitted from this view.]"
 """The line a window condensation adds to the summary (``{n}``: events forgotten)."""
+INTERACTIONS_NOTE = "[Context trimmed: {n} earlier interactions are omitted from this view.]"
+"""The line of a window that keeps ``max_interactions`` (``{n}``: interactions removed from
+the view so far, as DSPy's window says)."""
 TRUNCATION_NOTE = "[{n} earlier messages truncated to fit context window]"
 """Streetrace's wording, used by the ``truncate`` strategy."""
 
@@ -71,25 +76,39 @@ class WindowCondenser:
             (used when the plan context gives no explicit target).
         min_forget_events: Fewest messages a condensation must forget to be written.
         min_keep: Newest messages always kept (when a valid cut allows it).
-        max_interactions: Keep at most this many of the newest interactions (an
+        max_interactions: Keep at most this many interactions after the pinned head (an
             interaction starts at a user or assistant message; tool results belong to the
-            call before them), whatever the tokens (DSPy's window). ``None``: tokens only.
-        note: The line added to the carried summary; ``{n}`` is the number of events
-            forgotten so far.
+            call before them), whatever the tokens (DSPy's window). The ``preserve_first``
+            interactions count among them. A :class:`~condensers.CondensationPolicy`
+            whose pipeline has such a window runs it as soon as the view holds more, not
+            only when the view is over its threshold. ``None``: tokens only.
+        note: The line added to the carried summary; ``{n}`` is what ``counts`` counts,
+            so far (default: :data:`DEFAULT_NOTE`, or :data:`INTERACTIONS_NOTE` with
+            ``max_interactions``).
         fold: Fold the facts of what the cut forgets (requests, files, errors, commands)
             into the carried summary with the free extractive summarizer, sized to the
             room left, instead of only counting them (the default pipeline folds).
         counts: What ``{n}`` in the note counts: ``"events"`` (every event the
-            condensations forgot, bookkeeping included) or ``"messages"`` (the messages
-            forgotten, as Streetrace's marker says; ``truncate`` uses it).
+            condensations forgot, bookkeeping included), ``"messages"`` (the messages
+            forgotten, as Streetrace's marker says; ``truncate`` uses it) or
+            ``"interactions"`` (the interactions removed from the view, as DSPy's window
+            says). Default: ``"interactions"`` with ``max_interactions``, else
+            ``"events"``.
         preserve_first: Keep the first this many interactions after the pinned head in
             the view for good (DSPy's ``preserve_first``): the first window condensation
             pins them, and every later condensation keeps its pins. Counted from the
             first condensation this window writes; interactions an earlier condensation
             already forgot cannot be brought back.
 
-    Each condensation records ``window_stats`` in its settings: the interactions it
-    removed from the view (``removed_interactions``) and those it kept.
+    Each condensation records ``window_stats`` in its settings, cumulative over the
+    session's window condensations (read from the previous condensation when a window
+    wrote it): ``removed_interactions`` (removed from the view so far),
+    ``kept_interactions`` (after the pinned head, preserved ones included),
+    ``preserved_interactions`` (of those, kept for good by ``preserve_first``),
+    ``truncated_results`` (tool results shown truncated, by
+    :class:`~condensers.ResultTruncator`, in the views the window has acted on: those it
+    removed so far and those still shown) and ``removed_truncated`` (of those, the ones
+    removed).
     """
 
     name = "window"
@@ -101,19 +120,31 @@ class WindowCondenser:
         min_forget_events: int = 1,
         min_keep: int = 1,
         max_interactions: int | None = None,
-        note: str = DEFAULT_NOTE,
+        note: str | None = None,
         fold: bool = False,
         preserve_first: int = 0,
-        counts: str = "events",
+        counts: str | None = None,
     ) -> None:
+        dspy = max_interactions is not None
+        if counts is None:
+            counts = "interactions" if dspy else "events"
+        if note is None:
+            note = INTERACTIONS_NOTE if counts == "interactions" else DEFAULT_NOTE
         if not 0 < target_fraction <= 1:
             raise ConfigurationError(f"target_fraction must be in (0, 1], got {target_fraction}")
         if max_interactions is not None and max_interactions < 1:
             raise ConfigurationError(f"max_interactions must be 1 or more, got {max_interactions}")
         if preserve_first < 0:
             raise ConfigurationError(f"preserve_first must be 0 or more, got {preserve_first}")
-        if counts not in ("events", "messages"):
-            raise ConfigurationError(f"counts must be 'events' or 'messages', got {counts!r}")
+        if counts not in ("events", "messages", "interactions"):
+            raise ConfigurationError(
+                f"counts must be 'events', 'messages' or 'interactions', got {counts!r}"
+            )
+        if max_interactions is not None and preserve_first >= max_interactions:
+            raise ConfigurationError(
+                f"preserve_first ({preserve_first}) must be less than max_interactions "
+                f"({max_interactions}): the preserved interactions count among the kept ones"
+            )
         if "{n}" not in note:
             raise ConfigurationError(f"note must contain {{n}} (the count), got {note!r}")
         self.target_fraction = target_fraction
@@ -133,13 +164,13 @@ class WindowCondenser:
         }
         if self.max_interactions is not None:
             out["max_interactions"] = self.max_interactions
-        if self.note != DEFAULT_NOTE:
+        if self.note not in (DEFAULT_NOTE, INTERACTIONS_NOTE):
             out["note"] = self.note
         if self.fold:
             out["fold"] = True
         if self.preserve_first:
             out["preserve_first"] = self.preserve_first
-        if self.counts != "events":
+        if self.counts != ("interactions" if self.max_interactions is not None else "events"):
             out["counts"] = self.counts
         return out
 
@@ -154,8 +185,33 @@ class WindowCondenser:
             return []
         return [i.seq for i in tail[: starts[self.preserve_first]]]
 
+    def preserved_count(self, view: View, prev: Condensation | None, now: bool) -> int:
+        """How many preserved interactions the view holds in its pinned head: those
+        pinned now, or those an earlier window condensation pinned (its stats say)."""
+        if not self.preserve_first:
+            return 0
+        if now:
+            return self.preserve_first
+        stats = (prev.settings or {}).get("window_stats") if prev is not None else None
+        found = stats.get("preserved_interactions") if isinstance(stats, dict) else None
+        return found if isinstance(found, int) else 0
+
+    def over_by(self, view: View) -> int:
+        """How many interactions after the pinned head the view holds beyond
+        ``max_interactions`` (the preserved ones count among the kept), 0 when none; the
+        view as given, before this window pins anything."""
+        if self.max_interactions is None:
+            return 0
+        prev = previous_condensation(view)
+        fresh = self._preserved(view)
+        tail = [i for i in view.items if not i.pinned and i.seq not in set(fresh)]
+        starts = [k for k in cut_points(tail) if k < len(tail)]
+        room = self.max_interactions - self.preserved_count(view, prev, bool(fresh))
+        return max(len(starts) - max(room, 0), 0)
+
     def plan(self, view: View, budget: Budget, ctx: PlanContext) -> Proposal | None:
         started = time.perf_counter()
+        over = self.over_by(view)
         preserved = set(self._preserved(view))
         if preserved:  # plan as if they were part of the pinned head
             view = replace(
@@ -171,13 +227,16 @@ class WindowCondenser:
         forget = choose_cut(view, keep, min_keep=self.min_keep)
         tail = [i for i in view.items if not i.pinned]
         starts = [k for k in cut_points(tail) if k < len(tail)]  # where interactions start
-        if self.max_interactions is not None and len(starts) > self.max_interactions:
-            forget = max(forget, starts[len(starts) - self.max_interactions])
+        kept_preserved = self.preserved_count(view, prev, len(preserved) > 0)
+        if over:
+            forget = max(forget, starts[over])
         if forget < self.min_forget_events:
             return None
         removed = sum(1 for k in starts if k < forget)
-        stats = {"removed_interactions": removed, "kept_interactions": len(starts) - removed}
-        settings = {**self.settings(), "window_stats": stats}
+        settings = {
+            **self.settings(),
+            "window_stats": _stats(view, prev, tail, forget, removed, starts, kept_preserved),
+        }
         previously = prev.forgotten_events if prev is not None else 0
         # Count the events the new range holds (messages and bookkeeping alike).
         evt, after = condensation_for(
@@ -190,7 +249,9 @@ class WindowCondenser:
         )
         room = summary_room(view, forget, budget, ctx)
         total = max(evt.forgotten_events, previously)
-        if self.counts == "messages":
+        if self.counts == "interactions":
+            total = settings["window_stats"]["removed_interactions"]
+        elif self.counts == "messages":
             # Messages only (llm_call records and other bookkeeping are not messages):
             # what the previous note said, plus the messages this cut forgets.
             said = (prev.carried or prev.summary) if prev is not None else None
@@ -232,3 +293,45 @@ class WindowCondenser:
             view_seq=view.seq,
             latency_ms=(time.perf_counter() - started) * 1000,
         )
+
+
+def _truncated(items: list[ViewItem]) -> int:
+    """Tool results the items show truncated (head and tail, a :class:`ResultTruncator`'s
+    doing)."""
+    return sum(
+        1
+        for i in items
+        for idx in i.kept
+        if isinstance(i.message, Message)
+        and idx < len(i.message.parts)
+        and isinstance(i.message.parts[idx], ToolResultPart)
+    )
+
+
+def _stats(
+    view: View,
+    prev: Condensation | None,
+    tail: list[ViewItem],
+    forget: int,
+    removed: int,
+    starts: list[int],
+    preserved: int,
+) -> dict[str, int]:
+    """``window_stats`` for a cut of ``forget`` tail items: the previous window
+    condensation's counts plus this cut's."""
+    before = (prev.settings or {}).get("window_stats") if prev is not None else None
+    before = before if isinstance(before, dict) else {}
+
+    def earlier(key: str) -> int:
+        value = before.get(key)
+        return value if isinstance(value, int) else 0
+
+    cut = {i.seq for i in tail[:forget]}
+    gone = earlier("removed_truncated") + _truncated(tail[:forget])
+    return {
+        "removed_interactions": earlier("removed_interactions") + removed,
+        "kept_interactions": len(starts) - removed + preserved,
+        "preserved_interactions": preserved,
+        "truncated_results": gone + _truncated([i for i in view.items if i.seq not in cut]),
+        "removed_truncated": gone,
+    }

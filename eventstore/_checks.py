@@ -16,6 +16,7 @@ from pydantic import ValidationError
 
 from .errors import InvalidEventError
 from .events import (
+    EMPTY_ASSISTANT,
     Condensation,
     Custom,
     Dequeued,
@@ -26,6 +27,7 @@ from .events import (
     Prune,
     Purge,
     Queued,
+    empty_assistant,
 )
 
 __all__ = [
@@ -33,6 +35,7 @@ __all__ = [
     "MAX_COLUMN_INT",
     "check_references",
     "check_json_value",
+    "check_content",
     "check_event",
     "check_int",
     "describe_error",
@@ -175,6 +178,17 @@ _FREE_FORM: dict[type, tuple[str, ...]] = {
 }
 
 
+def check_content(msg: Message, where: str = "message") -> None:
+    """Refuse an assistant message with neither content nor tool calls
+    (:func:`~eventstore.events.empty_assistant`), naming it as ``where``."""
+    try:
+        empty = empty_assistant(msg)
+    except (AttributeError, TypeError):
+        return  # parts that are not parts: the encoder refuses them with its own error
+    if empty:
+        raise InvalidEventError(f"{where}: {EMPTY_ASSISTANT}")
+
+
 def check_event(evt: Event, prefix: str = "") -> None:
     """:func:`check_json_value` over every free-form field of ``evt``."""
     if type(evt) is not Message:  # a plain message, the common case, is neither
@@ -185,6 +199,7 @@ def check_event(evt: Event, prefix: str = "") -> None:
             )
         if isinstance(evt, Queued):
             check_event(evt.message, f"{prefix}message.")
+            check_content(evt.message, f"{prefix}message")
     if isinstance(evt, Message):
         # (A message built without its parts fails to encode next, with a clear error.)
         for i, part in enumerate(getattr(evt, "parts", None) or ()):

@@ -27,6 +27,8 @@ from pydantic import (
     field_validator,
 )
 
+from .errors import InvalidEventError
+
 __all__ = [
     "Role",
     "TextPart",
@@ -55,6 +57,8 @@ __all__ = [
     "EVENT_ADAPTER",
     "PART_ADAPTER",
     "decode_tool_output",
+    "empty_assistant",
+    "EMPTY_ASSISTANT",
     "utcnow",
 ]
 
@@ -299,10 +303,17 @@ class Message(_Event):
     def assistant(
         cls, text: str = "", tool_calls: list[ToolCallPart] | None = None, **kw: Any
     ) -> Message:
-        """An assistant message with optional text and tool calls."""
+        """An assistant message with text, tool calls, or both.
+
+        Raises:
+            InvalidEventError: Neither is given (see :func:`empty_assistant`).
+        """
         parts: list[Any] = [TextPart(text=text)] if text else []
         parts.extend(tool_calls or [])
-        return cls(role="assistant", parts=parts, **kw)
+        msg = cls(role="assistant", parts=parts, **kw)
+        if empty_assistant(msg):
+            raise InvalidEventError(EMPTY_ASSISTANT)
+        return msg
 
     @classmethod
     def tool(cls, tool_call_id: str, output: str, name: str | None = None, **kw: Any) -> Message:
@@ -311,6 +322,30 @@ class Message(_Event):
             role="tool",
             parts=[ToolResultPart(tool_call_id=tool_call_id, output=output, name=name, **kw)],
         )
+
+
+EMPTY_ASSISTANT = (
+    "an assistant message needs content or tool calls (providers refuse an empty one and it "
+    "says nothing): give it text or tool calls, or record the empty reply as a Custom event"
+)
+"""Why an assistant message with neither content nor tool calls is refused."""
+
+
+def empty_assistant(message: Message) -> bool:
+    """Whether ``message`` is an assistant message with neither content nor tool calls:
+    no parts, or only text parts holding nothing but whitespace. Reasoning, files and
+    provider items are content. Appends refuse such a message; importers keep it as a
+    :class:`Custom` event instead."""
+    fields = message.__dict__  # plain reads: an append asks this of every message
+    if fields.get("role") != "assistant":
+        return False
+    for part in fields.get("parts") or ():
+        if type(part) is not TextPart:
+            return False
+        text = part.__dict__.get("text")
+        if text and not text.isspace():  # isspace(): no stripped copy of a long text
+            return False
+    return True
 
 
 class Usage(_Model):

@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, model_validator
 from .codec import canonical_json, copy_json, implied_part_tokens, sole_text
 from .events import (
     Condensation,
+    Custom,
     FilePart,
     LLMCall,
     Message,
@@ -39,12 +40,14 @@ from .events import (
     Prune,
     ToolResultPart,
     Usage,
+    empty_assistant,
 )
 from .media import is_accepted
 from .records import StoredEvent
 from .tokens import MESSAGE_OVERHEAD, TokenCounter, part_text
 
 __all__ = [
+    "EMPTY_REPLY",
     "View",
     "ViewItem",
     "ViewOptions",
@@ -773,6 +776,11 @@ def _plain(msg: Message) -> list[dict[str, Any]]:
 # --------------------------------------------------------------------------- audit
 
 
+EMPTY_REPLY = "llm.empty_reply"
+"""Name of the custom event that records a model reply with neither content nor tool
+calls (see :func:`llm_call_events`)."""
+
+
 def llm_call_events(
     view: View,
     response: Any = None,
@@ -782,9 +790,12 @@ def llm_call_events(
     error: str | None = None,
     append_response: bool = True,
     metadata: dict[str, Any] | None = None,
-) -> list[LLMCall | Message]:
+) -> list[LLMCall | Message | Custom]:
     """The events that record ``view`` being sent to a model: an ``llm_call`` carrying the
-    view's seq and fingerprint, usage and cost, then (by default) the reply message."""
+    view's seq and fingerprint, usage and cost, then (by default) the reply message. A
+    reply with neither content nor tool calls follows as a custom event named
+    :data:`EMPTY_REPLY` holding the provider's message (appends refuse an empty assistant
+    message)."""
     from . import llm
     from .chat import from_openai
 
@@ -807,7 +818,7 @@ def llm_call_events(
         },
         metadata=metadata,
     )
-    batch: list[LLMCall | Message] = [call]
+    batch: list[LLMCall | Message | Custom] = [call]
     if append_response and response is not None:
         choices = llm.field(response, "choices") or []
         if choices:
@@ -815,7 +826,12 @@ def llm_call_events(
             data = raw.model_dump() if hasattr(raw, "model_dump") else dict(raw)
             data = {k: v for k, v in data.items() if v is not None or k == "content"}
             msg = from_openai(data)
-            batch.append(msg.model_copy(update={"model": model_name}))
+            if empty_assistant(msg):
+                # Appends refuse an empty assistant message; the reply is kept, as the
+                # provider sent it, beside the call that got it.
+                batch.append(Custom(name=EMPTY_REPLY, data={"message": data}))
+            else:
+                batch.append(msg.model_copy(update={"model": model_name}))
     return batch
 
 

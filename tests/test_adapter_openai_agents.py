@@ -578,3 +578,70 @@ def test_a_two_turn_run_resumes_after_a_restart(db_url: str) -> None:
         assert store.verify(sid).ok
         roles = [e.event.role for e in store.read(sid, kinds=["message"])]
         assert roles == ["user", "assistant", "tool", "assistant", "user", "assistant"]
+
+
+def _tool_history(steps: int) -> list[dict[str, Any]]:
+    """A coding run's items: 10,000 characters (about 2,500 tokens) of output a step."""
+    items: list[dict[str, Any]] = [_user("fix the build")]
+    for n in range(steps):
+        call = {"type": "function_call", "call_id": f"c{n}", "name": "sh", "arguments": "{}"}
+        items.append(call)
+        items.append({"type": "function_call_output", "call_id": f"c{n}", "output": "x" * 10_000})
+    return items
+
+
+@pytest.mark.parametrize("prune_on_start", [True, False])
+def test_a_resumed_session_is_pruned_when_first_opened(db_url: str, prune_on_start: bool) -> None:
+    """A session with 75k tokens of tool output (under every threshold, over the pruner's
+    40k protection plus 20k), opened by a new session object and policy: before the first
+    model input the pruners run, with no model call of their own; prune_on_start=False
+    leaves the old outputs in."""
+    store = AsyncEventStore(db_url, tenant=f"t-{uuid.uuid4().hex}")
+    key = f"resumed-{uuid.uuid4().hex}"
+    asyncio.run(EventStoreSession(key, store=store).add_items(_tool_history(30)))
+    policy = CondensationPolicy(Budget(max_input_tokens=200_000, reserved_output=8_000))
+    session = EventStoreSession(key, store=store, policy=policy, prune_on_start=prune_on_start)
+    model = ScriptedModel([[assistant_message("done")]])
+
+    async def go() -> None:
+        config = RunConfig(call_model_input_filter=session.model_input_filter())
+        await Runner.run(Agent(name="a", model=model), "go on", session=session, run_config=config)
+
+    try:
+        asyncio.run(go())
+        sync, sid = _store_session(session)
+        prunes = list(sync.read(sid, kinds=["prune"]))
+        outputs = [
+            i["output"]
+            for i in model.calls[0].input
+            if isinstance(i, dict) and i.get("type") == "function_call_output"
+        ]
+        assert len(model.calls) == 1 and len(outputs) == 30
+        if prune_on_start:
+            assert len(prunes) == 1
+            assert outputs[0] != "x" * 10_000 and outputs[-1] == "x" * 10_000
+            assert (asyncio.run(session.get_items()))[2]["output"] == "x" * 10_000
+        else:
+            assert prunes == [] and all(o == "x" * 10_000 for o in outputs)
+    finally:
+        asyncio.run(store.close())
+
+
+def test_an_empty_assistant_item_is_kept_opaque(db_url: str) -> None:
+    """An assistant message item of empty text (appends refuse an empty assistant
+    message) is kept as the SDK's own item: get_items returns it, views leave it out."""
+    from eventstore.adapters.openai_agents import item_to_event
+
+    empty = {"role": "assistant", "content": ""}
+    evt = item_to_event(empty)
+    assert isinstance(evt.parts[0], ProviderPart)  # type: ignore[union-attr]
+    store = AsyncEventStore(db_url, tenant=f"t-{uuid.uuid4().hex}")
+    session = EventStoreSession(f"empty-{uuid.uuid4().hex}", store=store)
+    try:
+        items = [_user("hi"), empty, {"role": "assistant", "content": "hello"}]
+        asyncio.run(session.add_items(items))
+        assert asyncio.run(session.get_items()) == items
+        sync, sid = _store_session(session)
+        assert [m["content"] for m in sync.view(sid).to_messages()] == ["hi", "hello"]
+    finally:
+        asyncio.run(store.close())

@@ -370,3 +370,28 @@ def test_a_two_turn_agent_run_resumes_after_a_restart(db_url: str) -> None:
         assert store.verify(sid).ok
         roles = [e.event.role for e in store.read(sid, kinds=["message"])]
         assert roles == ["user", "assistant", "tool", "assistant", "user", "assistant"]
+
+
+def test_an_empty_response_is_kept_and_never_sent(db_url: str) -> None:
+    """A response with no text and no tool call (only thinking, or nothing), which an
+    append refuses as an assistant message, is kept whole as the framework's own part:
+    it loads back as it was, and views for a provider leave it out."""
+    from pydantic_ai.messages import ThinkingPart
+
+    tenant = f"t-{uuid.uuid4().hex}"
+    empty = ModelResponse(parts=[], timestamp=WHEN)
+    thinking = ModelResponse(parts=[ThinkingPart(content="hmm")], timestamp=WHEN)
+    messages = [_message(0), empty, thinking, _message(3)]
+
+    async def go() -> Any:
+        async with AsyncEventStore(db_url, tenant=tenant) as store:
+            convs = EventStoreConversationStore(store=store)
+            await convs.save(Conversation(conversation_id="chat", messages=messages))
+            return await convs.load("chat")
+
+    loaded = asyncio.run(go())
+    assert loaded is not None and loaded.messages == messages
+    with EventStore(db_url, tenant=tenant) as sync:
+        (s,) = sync.list_sessions()
+        sent = sync.view(s.id).to_messages()
+        assert [m["content"] for m in sent] == ["user 0", "answer 3"]

@@ -175,3 +175,57 @@ def test_a_manual_request_on_a_head_too_big_ends_in_a_view_that_fits(store: Even
         if isinstance(e.event, Prune) and e.event.strategy == "truncate_pinned_head"
     ]
     assert len(cuts) == 1 and "for the newest messages" in (cuts[0].note or "")
+
+
+def test_a_compact_request_on_a_head_too_big_ends_in_a_view_that_fits(store: EventStore) -> None:
+    """A ``/compact`` request (a CondensationRequest in the log) on a head that leaves the
+    newest messages no room ends in a view that fits, and its answer says so (not
+    "nothing could be forgotten")."""
+    from condensers.policy import REQUEST_DECLINED
+    from eventstore import CondensationRequest, Custom
+
+    budget = Budget(max_input_tokens=4_096, reserved_output=512, buffer=205)
+    sid = _head_just_under(store, budget)
+    store.append(sid, [Message.assistant("step " + "think " * 300)])
+    store.append(sid, [Message.user("output " + "line of output\n" * 200)])
+    (req,) = store.append(sid, [CondensationRequest(focus="the task", requested_by="user")])
+    assert store.view(sid).tokens > budget.available
+    policy = CondensationPolicy(budget, real_counter=False)
+    out = policy.maybe_condense(store, sid)
+    assert out.trigger == "manual" and out.error is None and out.fits
+    assert store.view(sid).tokens <= budget.available
+    assert "truncate_pinned_head" in [s.condenser for s in out.steps]
+    answers = [
+        e.event.data
+        for e in store.read(sid, kinds=["custom"])
+        if isinstance(e.event, Custom) and e.event.name == REQUEST_DECLINED
+    ]
+    assert len(answers) == 1 and isinstance(answers[0], dict)
+    assert answers[0]["request_seq"] == req
+    assert answers[0]["reason"].startswith("the view fits (")
+    assert "truncate_pinned_head at seq" in answers[0]["reason"]
+    assert policy.maybe_condense(store, sid).steps == []  # answered: not run again
+
+
+def test_a_manual_request_that_cannot_fit_says_why(store: EventStore) -> None:
+    """When nothing can make the view fit (the newest call's own arguments are over the
+    budget, and a call is never cut), a manual request ends in a clear error, recorded as
+    the request's answer, never in a silent over-budget view."""
+    from condensers.policy import REQUEST_DECLINED
+    from eventstore import CondensationRequest, Custom, ToolCallPart
+
+    budget = Budget(max_input_tokens=4_096, reserved_output=512, buffer=205)
+    sid = store.create_session().id
+    store.append(sid, [Message.system("You are an agent."), Message.user("Write the file.")])
+    huge = ToolCallPart(id="w1", name="write", arguments='{"text": "' + "data " * 5_000 + '"}')
+    store.append(sid, [Message.assistant("Writing it.", tool_calls=[huge])])
+    store.append(sid, [CondensationRequest(focus="anything")])
+    out = CondensationPolicy(budget, real_counter=False).maybe_condense(store, sid)
+    assert out.trigger == "manual" and not out.fits
+    assert out.error is not None and "tokens of" in out.error and "available" in out.error
+    (answer,) = [
+        e.event
+        for e in store.read(sid, kinds=["custom"])
+        if isinstance(e.event, Custom) and e.event.name == REQUEST_DECLINED
+    ]
+    assert isinstance(answer.data, dict) and answer.data["reason"] == out.error

@@ -7,6 +7,8 @@ import asyncio
 import json
 from typing import Any
 
+import pytest
+
 from condensers import CondensationPolicy, PlanContext, ToolOutputPruner
 from eventstore import AsyncEventStore, EventStore, Message, Prune, ToolCallPart
 from eventstore.budget import Budget
@@ -246,3 +248,76 @@ def test_complete_prunes_at_session_start_and_condenses_before_sending(
     calls = [e for e in store.read(sid2, kinds=["llm_call"]) if isinstance(e.event, LLMCall)]
     sent = store.view(sid2, as_of=calls[0].event.view_seq)
     assert sent.tokens <= small.available  # what was sent fit: it was condensed first
+
+
+def _resumed_run(store: EventStore) -> str:
+    """A session a previous process ran: a model call recorded, then 75k tokens of tool
+    output (under every threshold of LARGE, over the pruner's 40k protection + 20k)."""
+    from eventstore import LLMCall
+
+    sid = store.create_session().id
+    store.append(sid, [Message.system("You are a coding agent."), Message.user("Fix it.")])
+    view = store.view(sid)
+    store.append(sid, [LLMCall(model="m", view_seq=view.seq, fingerprint=view.fingerprint())])
+    for i in range(30):
+        store.append(
+            sid,
+            [
+                Message.assistant(f"step {i}", tool_calls=[call(f"c{i}")]),
+                Message.tool(f"c{i}", "x" * 10_000, name="bash"),
+            ],
+        )
+    return sid
+
+
+@pytest.mark.parametrize("prune_on_start", [True, False])
+def test_complete_prunes_a_resumed_session_when_first_opened(
+    store: EventStore, prune_on_start: bool
+) -> None:
+    """A session that already had model calls, opened by a new process (a fresh policy):
+    the first complete() prunes it before the model call, and prune_on_start=False
+    leaves it as it is."""
+    from condensers import complete
+    from condensers.policy import session_start
+
+    sid = _resumed_run(store)
+    assert not session_start(store.view(sid))  # not a new session: a resumed one
+    before = store.view(sid).tokens
+    assert before < LARGE.available
+    policy = CondensationPolicy(LARGE)
+    complete(
+        store,
+        sid,
+        model="gpt-4o-mini",
+        policy=policy,
+        mock_response="ok",
+        prune_on_start=prune_on_start,
+    )
+    kinds = [(e.kind, getattr(e.event, "strategy", None)) for e in store.read(sid)]
+    calls = [i for i, (k, _) in enumerate(kinds) if k == "llm_call"]
+    prunes = [i for i, k in enumerate(kinds) if k == ("prune", "prune_tool_outputs")]
+    if not prune_on_start:
+        assert prunes == []
+        return
+    assert len(prunes) == 1 and calls[0] < prunes[0] < calls[1]  # before the new call
+    sent = list(store.read(sid, kinds=["llm_call"]))[-1].event
+    assert store.view(sid, as_of=sent.view_seq).tokens < before - 20_000  # type: ignore[union-attr]
+    # Once per session and policy: the next turn does not prune on its own.
+    store.append(sid, [Message.user("next")])
+    complete(store, sid, model="gpt-4o-mini", policy=policy, mock_response="ok")
+    assert sum(1 for e in store.read(sid) if e.kind == "prune") == 1
+
+
+def test_acomplete_prunes_a_resumed_session_when_first_opened(store: EventStore) -> None:
+    from condensers import acomplete
+
+    sid = _resumed_run(store)
+    policy = CondensationPolicy(LARGE)
+
+    async def go() -> None:
+        astore = AsyncEventStore.from_sync(store)
+        await acomplete(astore, sid, model="gpt-4o-mini", policy=policy, mock_response="ok")
+
+    asyncio.run(go())
+    kinds = [e.kind for e in store.read(sid)]
+    assert kinds.count("prune") == 1 and kinds.index("prune") < len(kinds) - 2

@@ -82,7 +82,112 @@ def test_window_keeps_at_most_max_interactions(store: EventStore) -> None:
     assert cond.event.settings["window_stats"] == {
         "removed_interactions": 54,
         "kept_interactions": 5,
+        "preserved_interactions": 0,
+        "truncated_results": 0,
+        "removed_truncated": 0,
     }
+    # The note counts interactions, as DSPy's window does, not events.
+    assert view.summary == "[Context trimmed: 54 earlier interactions are omitted from this view.]"
+
+
+def test_max_interactions_counts_the_preserved_ones(store: EventStore) -> None:
+    """DSPy's window keeps max_interactions in all, the preserved first ones among them."""
+    sid = _chat(store, 30)
+    budget = Budget(max_input_tokens=100_000, reserved_output=1_000)
+    window = {"window": {"max_interactions": 5, "preserve_first": 2}}
+    policy = CondensationPolicy(budget, registry.pipeline(["window"], options=window))
+    assert policy.condense(store, sid).condensed
+    view = store.view(sid)
+    head = 2  # system and task (question 0 is pinned too: a user message before any answer)
+    texts = [m["content"] for m in view.to_messages()]
+    assert texts[head : head + 3] == ["question 0", "answer 0", "question 1"]
+    after_head = [i for i in view.items if i.seq > 3]  # the preserved (pinned) and the tail
+    assert len(after_head) == 5
+    assert [m["content"] for m in view.to_messages()][-3:] == [
+        "answer 28",
+        "question 29",
+        "answer 29",
+    ]
+    cond = view.condensation
+    assert cond is not None and isinstance(cond.event, Condensation)
+    stats = cond.event.settings["window_stats"]
+    assert stats["kept_interactions"] == 5 and stats["preserved_interactions"] == 2
+    with pytest.raises(ConfigurationError, match="preserve_first"):
+        registry.strategy("window", max_interactions=2, preserve_first=2)
+
+
+def test_max_interactions_acts_through_the_policy_and_stats_accumulate(
+    store: EventStore,
+) -> None:
+    """The policy runs the window as soon as the view holds more interactions than it
+    keeps (the view is far under its threshold), and window_stats and the note count
+    every interaction removed so far, across condensations."""
+    sid = _chat(store, 10)
+    budget = Budget(max_input_tokens=100_000, reserved_output=1_000)
+    window = {"window": {"max_interactions": 6}}
+    policy = CondensationPolicy(budget, registry.pipeline(["window"], options=window))
+    first = policy.maybe_condense(store, sid)
+    assert first.condensed and first.trigger == "count"
+    view = store.view(sid)
+    removed = len([i for i in view.items if not i.pinned])
+    assert removed == 6
+    assert not policy.maybe_condense(store, sid).condensed  # at the cap: nothing to do
+    for i in range(10, 14):
+        store.append(sid, [Message.user(f"question {i}"), Message.assistant(f"answer {i}")])
+    assert policy.maybe_condense(store, sid).condensed
+    view = store.view(sid)
+    assert len([i for i in view.items if not i.pinned]) == 6
+    cond = view.condensation
+    assert cond is not None and isinstance(cond.event, Condensation)
+    stats = cond.event.settings["window_stats"]
+    # 19 messages after the head at first (answer 0 .. answer 9), 13 removed; then 8 new
+    # ones, 8 more removed.
+    assert stats["removed_interactions"] == 13 + 8
+    assert view.summary is not None and view.summary.startswith("[Context trimmed: 21 earlier")
+    # A pipeline whose window keeps no interaction count does not trigger by interactions.
+    plain = CondensationPolicy(budget, registry.pipeline(["window"]))
+    assert not plain.maybe_condense(store, _chat(store, 10)).condensed
+
+
+def test_window_stats_count_truncated_results(store: EventStore) -> None:
+    """Results a ResultTruncator shows truncated count in truncated_results, also once
+    the window has removed them from the view."""
+    from eventstore import ToolCallPart
+
+    sid = store.create_session().id
+    store.append(sid, [Message.system("sys"), Message.user("task")])
+    for i in range(6):
+        call = ToolCallPart(id=f"c{i}", name="cat", arguments="{}")
+        store.append(
+            sid,
+            [
+                Message.assistant(f"read {i}", tool_calls=[call]),
+                Message.tool(f"c{i}", f"line {i}\n" * 3_000, name="cat"),
+            ],
+        )
+    budget = Budget(max_input_tokens=200_000, reserved_output=1_000)
+    options = {
+        "truncate_results": {"max_fraction": 0.02, "keep_fraction": 0.01},
+        "window": {"max_interactions": 2},
+    }
+    steps = registry.pipeline(["truncate_results", "window"], options=options)
+    policy = CondensationPolicy(budget, steps, real_counter=False)
+    trunc = steps.steps[0]
+    view = store.view(sid)
+    from condensers.base import PlanContext
+
+    proposal = trunc.plan(view, budget, PlanContext(trigger="threshold", target_tokens=1))
+    assert proposal is not None
+    store.append(sid, [proposal.event])
+    shown = sum(len(i.kept) for i in store.view(sid).items)
+    assert shown >= 2
+    assert policy.maybe_condense(store, sid).condensed
+    view = store.view(sid)
+    cond = view.condensation
+    assert cond is not None and isinstance(cond.event, Condensation)
+    stats = cond.event.settings["window_stats"]
+    assert stats["truncated_results"] == shown
+    assert 0 < stats["removed_truncated"] <= shown
 
 
 def test_truncate_says_how_many_messages_went(store: EventStore) -> None:
@@ -141,7 +246,7 @@ def test_window_preserves_the_first_interactions_for_good(store: EventStore) -> 
     view, in their place before the summary, while the window moves on."""
     sid = _chat(store, 30)
     budget = Budget(max_input_tokens=100_000, reserved_output=1_000)
-    window = {"window": {"max_interactions": 4, "preserve_first": 2}}
+    window = {"window": {"max_interactions": 6, "preserve_first": 2}}
     policy = CondensationPolicy(budget, registry.pipeline(["window"], options=window))
     first = [m["content"] for m in store.view(sid).to_messages()[3:5]]
     assert first == ["answer 0", "question 1"]  # the two interactions after the head

@@ -15,7 +15,7 @@ from pydantic_core import PydanticSerializationError
 from .._checks import MAX_COLUMN_INT, check_event, check_kind, describe_error
 from ..codec import Encoded, check_text, encode, encode_plain, format_ts, read_back
 from ..errors import InvalidEventError, PayloadTooLargeError
-from ..events import EVENT_ADAPTER, Event, Message
+from ..events import EMPTY_ASSISTANT, EVENT_ADAPTER, Event, Message, empty_assistant
 from ..tokens import TokenCounter
 
 __all__ = ["check_batch", "encode_one", "encode_all", "Encoding"]
@@ -42,6 +42,8 @@ def encode_one(
     # text and the four plain part classes, where check_event looks at nothing. Its
     # refusal still comes first whenever it has one (check_event has no side effects).
     late = False
+    if isinstance(evt, Message) and empty_assistant(evt):
+        raise InvalidEventError(f"events[{i}]: {EMPTY_ASSISTANT}")
     if type(evt) is Message:
         plain = encode_plain(evt, counter)
         if plain is not None:  # nothing of its own to check but its size and count

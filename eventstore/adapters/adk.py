@@ -74,6 +74,7 @@ from ..events import (
     TextPart,
     ToolCallPart,
     ToolResultPart,
+    empty_assistant,
 )
 from ..records import StoredEvent
 from ..store import AsyncEventStore, EventStore
@@ -148,7 +149,10 @@ def _to_message(raw: dict[str, Any], author: str) -> Message | None:
     )
     if role != "tool" and any(isinstance(x, ToolResultPart) for x in parts):
         return None  # a mix the chat format cannot hold: keep it opaque
-    return Message(role=role, parts=parts)  # type: ignore[arg-type]
+    msg = Message(role=role, parts=parts)  # type: ignore[arg-type]
+    if empty_assistant(msg):
+        return None  # a reply of empty text says nothing, and appends refuse it: opaque
+    return msg
 
 
 def stored_event(event: AdkEvent, state: dict[str, Any]) -> Event:

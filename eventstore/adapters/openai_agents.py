@@ -105,7 +105,9 @@ def item_to_event(item: dict[str, Any]) -> Event:
     raw = {_RAW: item}
     if kind == "message" and item.get("role") in _ROLES:
         text = _text(item.get("content"))
-        if text is not None:
+        # An assistant message of empty text is neither content nor a call (appends refuse
+        # it): it stays an opaque item, as below.
+        if text is not None and (text.strip() or item.get("role") != "assistant"):
             role = _ROLES[item["role"]]
             return Message(role=role, parts=[TextPart(text=text)], extra=raw)  # type: ignore[arg-type]
     if kind == "function_call" and isinstance(item.get("call_id"), str):
@@ -234,6 +236,11 @@ class EventStoreSession:
         policy: The :class:`~condensers.CondensationPolicy` used by
             :meth:`model_input_filter` and :meth:`run_compaction` (``None``: the filter
             needs one passed in and ``run_compaction`` does nothing).
+        prune_on_start: Run the policy's tool-output pruners
+            (:meth:`~condensers.CondensationPolicy.maybe_prune`) the first time the session
+            is opened through the policy, before its first model input: a session resumed
+            by a new process starts lean, with no model call (``False``: only the policy's
+            triggers run).
     """
 
     session_settings: Any = None
@@ -246,8 +253,10 @@ class EventStoreSession:
         store: AsyncEventStore | None = None,
         session_settings: Any = None,
         policy: CondensationPolicy | None = None,
+        prune_on_start: bool = True,
     ) -> None:
         self.session_id = session_id
+        self.prune_on_start = prune_on_start
         self.session_settings = _settings(session_settings)  # refuses bad ones first
         self.store = store if store is not None else AsyncEventStore(db_url)
         self._owns_store = store is None
@@ -484,9 +493,16 @@ class EventStoreSession:
             return
         raise ConflictError(sid, head, sync.head(sid))
 
+    def _opened(self, policy: CondensationPolicy) -> str:
+        """The store session's id, pruned first when the policy opens it the first time."""
+        sid = self._session_id()
+        if policy.first_open(sid) and self.prune_on_start:
+            policy.maybe_prune(self.store.sync, sid)
+        return sid
+
     def _condensed_input(self, policy: CondensationPolicy, inputs: list[Any]) -> list[Any]:
         sync = self.store.sync
-        sid = self._session_id()
+        sid = self._opened(policy)
         policy.maybe_condense(sync, sid)
         view = sync.view(sid, options=policy.options)
         pairs = list(self._backwards())
@@ -495,7 +511,7 @@ class EventStoreSession:
 
     def _compact(self, policy: CondensationPolicy, force: bool) -> None:
         sync = self.store.sync
-        sid = self._session_id()
+        sid = self._opened(policy)
         outcome = (
             policy.condense(sync, sid, trigger="manual")
             if force

@@ -43,7 +43,17 @@ from pydantic_ai.conversation_store import (
 from pydantic_ai.usage import RunUsage
 
 from ..errors import ConflictError, NotFoundError, SessionExistsError
-from ..events import Custom, Event, Message, Part, TextPart, ToolCallPart, ToolResultPart
+from ..events import (
+    Custom,
+    Event,
+    Message,
+    Part,
+    ProviderPart,
+    TextPart,
+    ToolCallPart,
+    ToolResultPart,
+    empty_assistant,
+)
 from ..records import StoredEvent
 from ..store import AsyncEventStore, EventStore
 
@@ -98,14 +108,15 @@ def _typed(message: Any) -> tuple[str, list[Part]]:
 
 def _entry_event(entry: ConversationEntry) -> Event:
     role, parts = _typed(entry.message)
-    extra = {
-        _ENTRY: {
-            "parent_id": entry.parent_id,
-            "kind": entry.kind,
-            "message": _dump_message(entry.message),
-        }
-    }
-    return Message(id=entry.id, role=role, parts=parts, extra=extra)  # type: ignore[arg-type]
+    dumped = _dump_message(entry.message)
+    extra = {_ENTRY: {"parent_id": entry.parent_id, "kind": entry.kind, "message": dumped}}
+    msg = Message(id=entry.id, role=role, parts=parts, extra=extra)  # type: ignore[arg-type]
+    if empty_assistant(msg):
+        # A response with nothing a chat message holds (only thinking, or nothing), which
+        # appends refuse as a message: it is kept as the framework's own part, which
+        # views for other providers leave out.
+        msg.parts = [ProviderPart(provider="pydantic-ai", item=dumped)]
+    return msg
 
 
 def _entry_of(stored: StoredEvent) -> ConversationEntry:

@@ -55,11 +55,13 @@ from ._keyed import (
     import_transcript,
     transcripts_under,
 )
-from ._loading import ImportFormatError, Transcript
+from ._loading import EMPTY_ASSISTANT_IMPORTED, ImportFormatError, Transcript, empty_replies_kept
 from ._writer import Progress, import_file, import_jsonl, import_transcripts
 from .jsonl import EXPORT_FORMAT, export_jsonl, export_lines
 
 __all__ = [
+    "EMPTY_ASSISTANT_IMPORTED",
+    "empty_replies_kept",
     "AGENT_FORMATS",
     "EXPORT_FORMAT",
     "Format",

@@ -9,6 +9,7 @@ from ._loading import (
     ImportFormatError,
     LoadedFile,
     Transcript,
+    empty_replies_kept,
     format_error,
     load_file,
     nesting_guard,
@@ -94,7 +95,9 @@ def detect_format(path: str | Path) -> Format:
 
 
 def load_transcripts(path: str | Path, format: Format | None = None) -> list[Transcript]:
-    """Read and convert a file without touching any store.
+    """Read and convert a file without touching any store (an assistant message with
+    neither content nor tool calls becomes a custom event: see
+    :func:`~eventstore.importers.empty_replies_kept`).
 
     Args:
         path: The file.
@@ -104,7 +107,11 @@ def load_transcripts(path: str | Path, format: Format | None = None) -> list[Tra
         ImportFormatError: Malformed input; the message names the file and line/record.
     """
     with nesting_guard(str(path)):
-        return _load_transcripts(path, format)
+        transcripts = _load_transcripts(path, format)
+    for t in transcripts:
+        if t.hashes is None:  # an export is restored as it was
+            t.events = empty_replies_kept(t.events)
+    return transcripts
 
 
 def _load_transcripts(path: str | Path, format: Format | None) -> list[Transcript]:

@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from ..errors import InvalidEventError
-from ..events import Event
+from ..events import Custom, Event, Message, empty_assistant
 
 
 class ImportFormatError(InvalidEventError):
@@ -126,3 +126,25 @@ def short_error(exc: Exception) -> str:
         err = exc.errors()[0]
         return f"{'.'.join(str(x) for x in err['loc'])}: {err['msg']}"
     return str(exc)
+
+
+EMPTY_ASSISTANT_IMPORTED = "import.empty_assistant"
+"""Name of the custom event an imported assistant message with neither content nor tool
+calls is kept as (see :func:`empty_replies_kept`)."""
+
+
+def empty_replies_kept(events: list[Event]) -> list[Event]:
+    """``events`` with each assistant message that has neither content nor tool calls
+    (which an append refuses: :func:`~eventstore.events.empty_assistant`) kept as a
+    :class:`~eventstore.events.Custom` event named ``import.empty_assistant`` holding the
+    message whole, in its place: nothing from the file is lost, and views, which skip
+    custom events, never send the empty message."""
+    out: list[Event] = []
+    for evt in events:
+        if isinstance(evt, Message) and empty_assistant(evt):
+            data = evt.model_dump(mode="json", exclude={"id", "created_at", "kind"})
+            evt = Custom(
+                name=EMPTY_ASSISTANT_IMPORTED, data=data, id=evt.id, created_at=evt.created_at
+            )
+        out.append(evt)
+    return out

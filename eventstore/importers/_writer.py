@@ -25,11 +25,25 @@ from .._features.purge import hashes_digest
 from ..codec import Encoded, chain_hash, encode, encode_event
 from ..codec import new_id as fresh_id
 from ..errors import EventStoreError
-from ..events import Condensation, Event, Message, Prune, Purge, ToolResultPart
+from ..events import (
+    Condensation,
+    Event,
+    Message,
+    Prune,
+    Purge,
+    ToolResultPart,
+    empty_assistant,
+)
 from ..records import Session
 from ..store import EventStore
 from ._formats import Format, detect_format, load_transcripts
-from ._loading import ImportFormatError, Transcript, nesting_guard, parse_text
+from ._loading import (
+    ImportFormatError,
+    Transcript,
+    empty_replies_kept,
+    nesting_guard,
+    parse_text,
+)
 from .jsonl import parse_export
 
 Progress = Callable[[int, int], None]
@@ -52,13 +66,18 @@ def import_transcripts(
     Every event is validated before anything is written; the sessions and their batches
     then go in a single transaction, so either the whole file is imported or nothing is.
     A transcript's session gets ``session_ids[i]`` when given, else the transcript's own
-    ``session_id`` (an export's), else a fresh id.
+    ``session_id`` (an export's), else a fresh id. An assistant message with neither
+    content nor tool calls, which an append refuses, is kept as a custom event (see
+    :func:`empty_replies_kept`), except in an export, which is restored as it was.
 
     Raises:
         ImportFormatError: An event is invalid or too large, an event id repeats or is
             taken, a session id exists, or an imported hash differs from the expected
             one. Nothing has been written.
     """
+    for t in transcripts:
+        if t.hashes is None:  # an export is restored as it was (see _kept_as_exported)
+            t.events = empty_replies_kept(t.events)
     encoded = [_validate(store, t) for t in transcripts]
     _check_ids_unique(transcripts)
     ids = [
@@ -107,20 +126,30 @@ def _validate(store: EventStore, t: Transcript) -> list[Encoded]:
     _check_sizes(store, t)
     _check_refs(t)
     try:
-        if not any(isinstance(e, Purge) for e in t.events):
+        if not any(_kept_as_exported(e, t) for e in t.events):
             return store._encode(t.events)
         # An export of a purged session holds its purge records, which append refuses
         # (only EventStore.purge writes one): they are encoded as the purge encodes them,
-        # and the file's parser has checked them against the events they name.
-        others = iter(store._encode([e for e in t.events if not isinstance(e, Purge)]))
+        # and the file's parser has checked them against the events they name. So is an
+        # empty assistant message a log held before appends refused it: the file's
+        # hashes prove it was there, and a restore keeps the log as it was.
+        others = iter(store._encode([e for e in t.events if not _kept_as_exported(e, t)]))
         return [
-            encode(e, store.token_counter) if isinstance(e, Purge) else next(others)
+            encode(e, store.token_counter) if _kept_as_exported(e, t) else next(others)
             for e in t.events
         ]
     except EventStoreError as exc:
         # The store numbers events from 0 within the batch; the file numbers them from 1.
         msg = re.sub(r"events\[(\d+)\]", lambda m: f"event {int(m[1]) + 1}", str(exc))
         raise ImportFormatError(f"{t.title or 'import'}: {msg}; nothing was imported") from exc
+
+
+def _kept_as_exported(evt: Event, t: Transcript) -> bool:
+    """Whether ``evt``, from an export (``t.hashes``), is written as the export holds it
+    although an append would refuse it."""
+    return isinstance(evt, Purge) or (
+        t.hashes is not None and isinstance(evt, Message) and empty_assistant(evt)
+    )
 
 
 def _create(conn: Connection, store: EventStore, t: Transcript, sid: str | None) -> Session:
