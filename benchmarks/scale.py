@@ -198,6 +198,25 @@ def _measure_round(side: Side, ops: int, verifies: int, rng: random.Random) -> N
                 raise SystemExit(f"verify failed on {side.label} session {sid}: {report}")
 
 
+def _viewer(side: Side, rng: random.Random) -> list[dict[str, Any]]:
+    """The audit viewer's pages over the large database (``None`` without the viewer
+    extra)."""
+    try:
+        from .viewer_pages import index_routes, page_times, session_routes
+    except ImportError:
+        return []
+    log("timing the viewer's pages on the large database")
+    with EventStore(side.url) as store:
+        sid = rng.choice(side.sids)
+        middle = side.sids[len(side.sids) // 2]
+        user = store.get_session(sid).user_id or ""
+        routes = index_routes(middle, user) + session_routes(sid, store.head(sid))
+        times = page_times(store, routes)
+    for t in times:
+        t["route"] = t["route"].replace(sid, "ID").replace(middle, "ID2")
+    return times
+
+
 def _sizes(url: str, events: int) -> dict[str, Any]:
     engine = create_engine(url)
     try:
@@ -312,6 +331,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 }
             )
         result["measures"] = rows
+        if not args.no_viewer:
+            result["viewer"] = _viewer(big, rng)
     finally:
         if not args.keep:
             for url in (small_url, args.pg_url):
@@ -382,6 +403,22 @@ def render(r: dict[str, Any]) -> str:
             f"{m['large_p50_ms']:.2f} | {m['large_p99_ms']:.2f} | {m['ratio_p50']:.2f}x | "
             f"{m['ratio_p99']:.2f}x | {goal} |"
         )
+    if r.get("viewer"):
+        lines += [
+            "",
+            "## The audit viewer on the large database",
+            "",
+            "Each route through a fresh viewer application (Starlette's test client, in the "
+            "benchmark's process): the first request (cold) and the median of five more "
+            "(warm), ms. ID is a random session, ID2 the middle one of the load.",
+            "",
+            "| route | cold ms | warm ms | bytes |",
+            "|---|---:|---:|---:|",
+        ]
+        for t in r["viewer"]:
+            lines.append(
+                f"| `{t['route']}` | {t['cold_ms']:.0f} | {t['warm_ms']:.0f} | {t['bytes']:,} |"
+            )
     lines += ["", f"Whole run: {r['duration_s'] / 60:.1f} min.", ""]
     return "\n".join(lines)
 
@@ -404,6 +441,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--out", type=Path, help="directory for SCALE.md and scale.json")
     p.add_argument("--keep", action="store_true", help="do not drop the databases")
+    p.add_argument("--no-viewer", action="store_true", help="skip the viewer's pages")
     args = p.parse_args(argv)
     full = {"events": 10_000_000, "sessions": 100_000, "baseline": 100_000, "ops": 250}
     smoke = {"events": 4_000, "sessions": 200, "baseline": 400, "ops": 10}

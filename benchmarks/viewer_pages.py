@@ -172,11 +172,27 @@ def time_index(url: str, n: int) -> None:
     store = EventStore(url, tenant=f"index-{n}", upgrade=True)
     fill_sessions(store, n)
     middle = store.list_sessions(limit=1, offset=n // 2)[0].id
-    print(f"{n:,} sessions ({url.split(':')[0]})")
+    sid = _worked_session(store)
+    print(f"{n:,} sessions ({url.split(':')[0]}); ID2 is the middle one, ID has 200 events")
     print(f"{'route':<50} {'cold ms':>8} {'warm ms':>8}")
-    for t in page_times(store, index_routes(middle, "user42")):
-        print(f"{t['route'].replace(middle, 'ID2'):<50} {t['cold_ms']:>8.0f} {t['warm_ms']:>8.0f}")
+    routes = index_routes(middle, "user42") + session_routes(sid, store.head(sid))
+    for t in page_times(store, routes):
+        route = t["route"].replace(middle, "ID2").replace(sid, "ID")
+        print(f"{route:<50} {t['cold_ms']:>8.0f} {t['warm_ms']:>8.0f}")
     store.close()
+
+
+def _worked_session(store: Any) -> str:
+    """The tenant's session with events (made once): 199 workload events and a
+    condensation keeping the last 50."""
+    from benchmarks.workload import condensation, steps, to_message
+
+    for s in store.list_sessions(limit=5):
+        if s.title == "worked":
+            return str(s.id)
+    sid = str(store.create_session(title="worked").id)
+    store.append(sid, [to_message(s) for s in steps(1, 199)] + [condensation(199, 50)])
+    return sid
 
 
 def main() -> None:
