@@ -282,6 +282,19 @@ def test_scale_smoke_loads_both_databases_measures_and_drops_them(
     assert rows["view (50-event tail)"]["goal"] == "<= 1.2x"
     report = (out / "SCALE.md").read_text()
     assert "| verify one session |" in report and "bytes per event" in report
+    try:
+        import starlette  # noqa: F401
+    except ImportError:
+        assert data.get("viewer") in (None, [])
+    else:  # every viewer page kind answered 200 on the large database
+        routes = {t["route"] for t in data["viewer"]}
+        assert {
+            "/",
+            "/?q=no-such-title",
+            "/sessions/ID/view",
+            "/sessions/ID/export.jsonl",
+        } <= routes
+        assert "| `/sessions/ID/events` |" in report
     name = make_url(bench_pg_url).database
     admin = make_url(bench_pg_url).set(database="postgres", drivername="postgresql")
     with psycopg.connect(admin.render_as_string(hide_password=False)) as conn:
