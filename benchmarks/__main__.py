@@ -7,8 +7,11 @@ Other benchmarks, each with a ``--smoke`` mode: ``quality`` (condensation qualit
 ``adk`` extra, :mod:`benchmarks.adk`), ``mcp`` (the MCP server's tools at 100k events, the
 ``mcp`` extra, :mod:`benchmarks.mcp`), ``langgraph`` (checkpoint storage against
 LangGraph's own savers, the ``langgraph`` extra, :mod:`benchmarks.langgraph`),
-``importers`` (importing coding-agent transcripts, :mod:`benchmarks.importers`) and
-``citus`` (a Citus cluster against plain Postgres, :mod:`benchmarks.citus`).
+``importers`` (importing coding-agent transcripts, :mod:`benchmarks.importers`),
+``citus`` (a Citus cluster against plain Postgres, :mod:`benchmarks.citus`), ``scale``
+(ten million events on one hash-partitioned Postgres against 100k, :mod:`benchmarks.scale`)
+and ``tail`` (the 50-event-tail view against the OpenAI Agents SDK's ``get_items(50)``,
+:mod:`benchmarks.tail`).
 
 Writes ``RESULTS.md`` and ``results.json`` (the full mode into ``benchmarks/``, the quick
 and smoke modes into ``benchmarks/<mode>-results/`` unless ``--out`` says otherwise).
@@ -209,6 +212,14 @@ def main(argv: list[str] | None = None) -> int:
         from .citus import main as citus_main
 
         return citus_main(argv[1:])
+    if argv[:1] == ["scale"]:
+        from .scale import main as scale_main
+
+        return scale_main(argv[1:])
+    if argv[:1] == ["tail"]:
+        from .tail import main as tail_main
+
+        return tail_main(argv[1:])
     if argv[:1] == ["search"]:
         from .search import main as search_main
 

@@ -18,6 +18,7 @@ import os
 import statistics
 import time
 from pathlib import Path
+from typing import Any
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
@@ -67,33 +68,131 @@ def build(path: Path, n: int) -> str:
     return sid
 
 
-def time_index(url: str, n: int) -> None:
-    """Build (once) a tenant of ``n`` sessions and time the index pages."""
+def session_routes(sid: str, head: int) -> list[str]:
+    """Every page kind of one session: the timeline, its log pages (first, later, filtered
+    by kind), one event, the view (head and earlier), the row and chart fragments, the
+    verify page and the export."""
+    return [
+        f"/sessions/{sid}",
+        f"/sessions/{sid}/events",
+        f"/sessions/{sid}/events?after={max(0, head - 30)}",
+        f"/sessions/{sid}/events?kind=condensation",
+        f"/sessions/{sid}/events/{max(1, head // 2)}",
+        f"/sessions/{sid}/view",
+        f"/sessions/{sid}/view?at={max(1, head // 2)}",
+        f"/sessions/{sid}/row",
+        f"/sessions/{sid}/chart",
+        f"/sessions/{sid}/verify",
+        f"/sessions/{sid}/export.jsonl",
+    ]
+
+
+def index_routes(after: str, user: str) -> list[str]:
+    """The index's page kinds: the first page, a later one (keyset), and the text filter
+    matching a user's sessions, an exact id and nothing at all."""
+    return ["/", f"/?after={after}&page=2", f"/?q={user}", f"/?q={after}", "/?q=no-such-title"]
+
+
+def page_times(store: Any, routes: list[str], reps: int = 5) -> list[dict[str, Any]]:
+    """Each route through a fresh viewer application: cold (first request) and warm
+    (median of ``reps``), in ms, with the response's size."""
     from starlette.testclient import TestClient
 
-    from eventstore import EventStore
     from eventstore.cli.viewer import create_app
 
-    store = EventStore(url, tenant=f"index-{n}", upgrade=True)
-    have = len(store.list_sessions(limit=n))
-    for i in range(have, n):
-        store.create_session(title=f"task {i}", user_id=f"user{i % 97}")
     client = TestClient(create_app(store), base_url="http://127.0.0.1:8765")
-    print(f"{n:,} sessions ({url.split(':')[0]})")
-    print(f"{'route':<40} {'cold ms':>8} {'warm ms':>8}")
-    middle = store.list_sessions(limit=1, offset=n // 2)[0].id
-    for route in ("/", f"/?after={middle}&page=2", "/?q=user42", "/?q=no-such-title"):
+    out = []
+    for route in routes:
         t = time.perf_counter()
         r = client.get(route)
         cold = (time.perf_counter() - t) * 1000
         warm = []
-        for _ in range(5):
+        for _ in range(reps):
             t = time.perf_counter()
             r = client.get(route)
             warm.append((time.perf_counter() - t) * 1000)
         assert r.status_code == 200, (route, r.status_code)
-        print(f"{route:<40} {cold:>8.0f} {statistics.median(warm):>8.0f}")
+        out.append(
+            {
+                "route": route,
+                "cold_ms": round(cold, 1),
+                "warm_ms": round(statistics.median(warm), 1),
+                "bytes": len(r.content),
+            }
+        )
+    return out
+
+
+def fill_sessions(store: Any, n: int) -> None:
+    """Give the store's tenant ``n`` sessions: copies of one real session's row with
+    their own id, title, user and creation time (one second apart), inserted in batches
+    (creating 100,000 sessions one by one takes minutes on a busy machine)."""
+    import uuid
+    from datetime import timedelta
+
+    from sqlalchemy import func, insert, select
+
+    from eventstore.schema import sessions
+
+    with store.engine.connect() as conn:
+        have = conn.execute(
+            select(func.count()).select_from(sessions).where(sessions.c.tenant == store.tenant)
+        ).scalar_one()
+    if have >= n:
+        return
+    template = store.get_session(store.create_session(title="template").id)
+    with store.engine.connect() as conn:
+        row = dict(
+            conn.execute(select(sessions).where(sessions.c.id == template.id)).one()._mapping
+        )
+        base = row["created_at"] - timedelta(seconds=n)
+        batch = []
+        for i in range(have + 1, n):
+            when = base + timedelta(seconds=i)
+            batch.append(
+                {
+                    **row,
+                    "id": str(uuid.uuid4()),
+                    "title": f"task {i}",
+                    "user_id": f"user{i % 97}",
+                    "created_at": when,
+                    "updated_at": when,
+                }
+            )
+            if len(batch) == 5_000 or i == n - 1:
+                conn.execute(insert(sessions), batch)
+                conn.commit()
+                batch = []
+
+
+def time_index(url: str, n: int) -> None:
+    """Build (once) a tenant of ``n`` sessions and time the index pages."""
+    from eventstore import EventStore
+
+    store = EventStore(url, tenant=f"index-{n}", upgrade=True)
+    fill_sessions(store, n)
+    middle = store.list_sessions(limit=1, offset=n // 2)[0].id
+    sid = _worked_session(store)
+    print(f"{n:,} sessions ({url.split(':')[0]}); ID2 is the middle one, ID has 200 events")
+    print(f"{'route':<50} {'cold ms':>8} {'warm ms':>8}")
+    routes = index_routes(middle, "user42") + session_routes(sid, store.head(sid))
+    for t in page_times(store, routes):
+        route = t["route"].replace(middle, "ID2").replace(sid, "ID")
+        print(f"{route:<50} {t['cold_ms']:>8.0f} {t['warm_ms']:>8.0f}")
     store.close()
+
+
+def _worked_session(store: Any) -> str:
+    """The tenant's session with events (made once): 199 workload events and a
+    condensation keeping the last 50."""
+    from benchmarks.workload import condensation, steps, to_message
+
+    for s in store.list_sessions(limit=5):
+        if s.title == "worked":
+            return str(s.id)
+    sid = str(store.create_session(title="worked").id)
+    store.append(sid, [to_message(s) for s in steps(1, 199)] + [condensation(199, 50)])
+    return sid
 
 
 def main() -> None:

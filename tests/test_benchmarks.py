@@ -236,3 +236,69 @@ def test_search_smoke_finds_the_pruned_phrase_on_both_backends(
         assert {q["hits"] for q in r["queries"][:2]} == {1}
         assert all(q["median_ms"] > 0 for q in r["queries"])
     assert (out / "SEARCH.md").read_text().count("| postgres |") == 4
+
+
+def test_scale_smoke_loads_both_databases_measures_and_drops_them(
+    tmp_path: Path, bench_pg_url: str
+) -> None:
+    import psycopg
+
+    out = tmp_path / "scale"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks",
+            "scale",
+            "--smoke",
+            "--events",
+            "1200",
+            "--sessions",
+            "60",
+            "--baseline",
+            "200",
+            "--partitions",
+            "4",
+            "--out",
+            str(out),
+            "--pg-url",
+            bench_pg_url,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ),
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "large: 1,200/1,200 events (100.0%)" in done.stderr, "the load's progress line"
+    data = json.loads((out / "scale.json").read_text())
+    assert data["settings"]["events_per_session"] == 20
+    assert data["load_large"]["events"] == 1200 and data["load_small"]["events"] == 200
+    assert data["size_large"]["database_bytes_per_event"] > 0
+    assert data["size_large"]["events_and_parts_bytes_per_event"] > 0
+    rows = {m["measure"]: m for m in data["measures"]}
+    assert len(rows) == 4 and all(m["large_p50_ms"] > 0 for m in rows.values())
+    assert rows["view (50-event tail)"]["goal"] == "<= 1.2x"
+    report = (out / "SCALE.md").read_text()
+    assert "| verify one session |" in report and "bytes per event" in report
+    try:
+        import starlette  # noqa: F401
+    except ImportError:
+        assert data.get("viewer") in (None, [])
+    else:  # every viewer page kind answered 200 on the large database
+        routes = {t["route"] for t in data["viewer"]}
+        assert {
+            "/",
+            "/?q=no-such-title",
+            "/sessions/ID/view",
+            "/sessions/ID/export.jsonl",
+        } <= routes
+        assert "| `/sessions/ID/events` |" in report
+    name = make_url(bench_pg_url).database
+    admin = make_url(bench_pg_url).set(database="postgres", drivername="postgresql")
+    with psycopg.connect(admin.render_as_string(hide_password=False)) as conn:
+        left = conn.execute(
+            "SELECT datname FROM pg_database WHERE datname LIKE %s", (f"{name}%",)
+        ).fetchall()
+    assert left == [], "the benchmark drops both of its databases"

@@ -477,3 +477,106 @@ def test_the_index_pages_sessions_in_the_database(db_url: str) -> None:
         assert "0 sessions" in client.get("/?q=%25").text
     finally:
         store.close()
+
+
+def _index_statements(store: EventStore, client: TestClient, route: str) -> list[tuple[str, Any]]:
+    """The SELECTs on ``sessions`` one index request runs, with their parameters."""
+    from sqlalchemy import event
+
+    seen: list[tuple[str, Any]] = []
+
+    def record(conn: Any, cursor: Any, statement: str, params: Any, *rest: Any) -> None:
+        if statement.lstrip().startswith("SELECT") and "sessions" in statement:
+            seen.append((statement, params))
+
+    event.listen(store.engine, "before_cursor_execute", record)
+    try:
+        assert client.get(route).status_code == 200
+    finally:
+        event.remove(store.engine, "before_cursor_execute", record)
+    return seen
+
+
+def test_a_filtered_index_searches_a_window_at_a_time_and_reaches_every_match(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from eventstore.cli.viewer import app as viewer_app
+
+    monkeypatch.setattr(viewer_app, "SCAN_WINDOW", 50)
+    store = EventStore(db_url, tenant=f"t-{uuid.uuid4().hex}", upgrade=True)
+    try:
+        ids = [
+            store.create_session(title=f"task {i}{' needle_y' if i % 50 == 7 else ''}").id
+            for i in range(230)
+        ]
+        client = TestClient(create_app(store), base_url=LOCAL)
+        page = client.get("/?q=needle_y").text
+        # The newest 50 sessions (229..180) hold one match (207); the next page goes on.
+        assert "1 session among the 50 searched" in page
+        seen, pages = [], 1
+        while True:
+            seen += re.findall(r'data-session="([^"]+)"', page)
+            nxt = re.search(r'href="(/\?q=needle_y&(?:amp;)?after=[^"]+)">next', page)
+            if nxt is None:
+                break
+            page = client.get(nxt.group(1).replace("&amp;", "&")).text
+            pages += 1
+        assert seen == [ids[i] for i in (207, 157, 107, 57, 7)] and pages == 5
+        assert "among the" not in page, "the last window reaches the oldest session"
+    finally:
+        store.close()
+
+
+def test_index_queries_seek_the_created_at_index_and_read_a_bounded_number_of_rows(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The shape, not the time: each index statement starts from the (tenant,
+    created_at) index, a later page seeks to where the previous one ended, and on Postgres
+    no statement reads more rows than a page, the count's cap or a filter's window."""
+    from eventstore.cli.viewer import app as viewer_app
+
+    window = 40
+    monkeypatch.setattr(viewer_app, "SCAN_WINDOW", window)
+    monkeypatch.setattr(viewer_app, "COUNT_CAP", 30)
+    monkeypatch.setattr(viewer_app, "SESSIONS_PAGE", 20)
+    store = EventStore(db_url, tenant=f"t-{uuid.uuid4().hex}", upgrade=True)
+    try:
+        ids = [store.create_session(title=f"task {i}").id for i in range(400)]
+        client = TestClient(create_app(store), base_url=LOCAL)
+        routes = ["/", f"/?after={ids[200]}&page=2", "/?q=no-such-title", "/?q=task 1"]
+        with store.engine.connect() as conn:
+            if store.dialect == "postgresql":
+                conn.exec_driver_sql("ANALYZE sessions")
+            for route in routes:
+                statements = _index_statements(store, client, route)
+                assert statements, route
+                for sql, params in statements:
+                    if store.dialect == "sqlite":
+                        plan = " | ".join(
+                            str(r[-1])
+                            for r in conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {sql}", params)
+                        )
+                        assert "SCAN sessions" not in plan, (route, plan)
+                        if "created_at <" in sql and "WHERE sessions.id =" not in sql:
+                            assert "created_at<?" in plan, (route, plan)
+                        continue
+                    (doc,) = conn.exec_driver_sql(
+                        f"EXPLAIN (ANALYZE, FORMAT JSON) {sql}", params
+                    ).scalar_one()
+                    scans = []
+
+                    def walk(node: dict[str, Any], scans: list[dict[str, Any]] = scans) -> None:
+                        if node.get("Relation Name") == "sessions":
+                            scans.append(node)
+                        for child in node.get("Plans", []):
+                            walk(child)
+
+                    walk(doc["Plan"])
+                    assert scans, (route, sql)
+                    for node in scans:
+                        read = node["Actual Rows"] + node.get("Rows Removed by Filter", 0)
+                        assert read <= window + 1, (route, sql, node["Node Type"], read)
+                    if "created_at <" in sql and "WHERE sessions.id =" not in sql:
+                        assert any("created_at <=" in n.get("Index Cond", "") for n in scans)
+    finally:
+        store.close()

@@ -34,6 +34,7 @@ import json
 import threading
 import time
 from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, get_args
 
@@ -62,6 +63,8 @@ PAGE_SIZE = 100
 SESSIONS_PAGE = 100
 #: The index counts matching sessions up to this many (then says "more than").
 COUNT_CAP = 1_000
+#: A filtered index page tests at most this many sessions (the next page goes on).
+SCAN_WINDOW = 5_000
 #: Every event kind, for the log's filter (the union's discriminators, in declaration order).
 KINDS: list[str] = list(get_args(EventKind))
 
@@ -206,17 +209,18 @@ class Viewer:
         q = request.query_params.get("q", "").strip()
         page = _int_param(request, "page", 1, low=1)
         after = request.query_params.get("after") or None
-        found, more, total = sessions_page(self.store, q, after, SESSIONS_PAGE)
+        found = sessions_page(self.store, q, after, SESSIONS_PAGE)
         return self.page(
             request,
             "index.html",
-            rows=_fork_tree(found),
+            rows=_fork_tree(found.sessions),
             q=q,
             page=page,
-            total=total,
-            total_capped=total > COUNT_CAP,
-            more=more,
-            next_after=found[-1].id if found else None,
+            total=found.total,
+            total_capped=found.total > COUNT_CAP,
+            searched=found.searched,
+            more=found.next_after is not None,
+            next_after=found.next_after,
             tenant=self.store.tenant,
         )
 
@@ -563,29 +567,44 @@ def _finding_kind(problem: str) -> str:
     return "other"
 
 
-def sessions_page(
-    store: EventStore, q: str, after: str | None, limit: int
-) -> tuple[list[Session], bool, int]:
+@dataclass(frozen=True)
+class SessionsPage:
+    """One page of the index.
+
+    Attributes:
+        sessions: The page's sessions, newest first.
+        total: Matching sessions counted up to ``COUNT_CAP + 1``; with a filter, only
+            among the sessions searched (``searched``).
+        next_after: The session the next page starts after, or ``None`` on the last.
+        searched: With a filter that stopped at ``SCAN_WINDOW`` sessions, how many it
+            searched (older sessions are searched by the next page); else ``None``.
+    """
+
+    sessions: list[Session]
+    total: int
+    next_after: str | None
+    searched: int | None = None
+
+
+def sessions_page(store: EventStore, q: str, after: str | None, limit: int) -> SessionsPage:
     """One page of the tenant's live sessions, newest first, after the session ``after``
     (the last of the previous page), whose id, title, user or parent contains ``q``
-    (case-insensitive); whether more follow; and how many match, counted up to
-    ``COUNT_CAP + 1``. Each page is an index seek and the count is bounded, so the index
-    answers alike at a hundred sessions or a hundred thousand (a filter reads the rows
-    it has to test)."""
-    from sqlalchemy import and_, func, or_, select
+    (case-insensitive).
+
+    Each request reads a bounded number of rows, alike at a hundred sessions or a hundred
+    thousand: a page is a seek into the ``(tenant, created_at)`` index from where the
+    previous page ended; the count stops at ``COUNT_CAP + 1``; and a filter (a substring
+    test no index answers) tests at most the ``SCAN_WINDOW`` sessions that follow the
+    page's start, so a rare or absent match costs a window, not the whole tenant, and the
+    next page searches the window after it.
+    """
+    from sqlalchemy import func, or_, select
 
     from eventstore._sql import session_from_row
     from eventstore.schema import sessions
 
     where = [sessions.c.tenant == store.tenant, sessions.c.deleted_at.is_(None)]
-    if q:
-        escaped = q.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-        pattern = f"%{escaped}%"
-        cols = (sessions.c.id, sessions.c.title, sessions.c.user_id, sessions.c.parent_id)
-        if store.dialect == "sqlite":  # SQLite's LIKE ignores case (ASCII) without lower()
-            where.append(or_(*(col.like(pattern, escape="\\") for col in cols)))
-        else:
-            where.append(or_(*(col.ilike(pattern, escape="\\") for col in cols)))
+    order = (sessions.c.created_at.desc(), sessions.c.id.desc())
     with store.engine.connect() as conn:
         page_where = list(where)
         if after is not None:
@@ -595,25 +614,59 @@ def sessions_page(
                 )
             ).first()
             if mark is not None:
-                page_where.append(
-                    or_(
-                        sessions.c.created_at < mark.created_at,
-                        and_(sessions.c.created_at == mark.created_at, sessions.c.id < after),
-                    )
+                # The range on created_at is what the index seeks to; the rest breaks ties.
+                page_where += [
+                    sessions.c.created_at <= mark.created_at,
+                    or_(sessions.c.created_at < mark.created_at, sessions.c.id < after),
+                ]
+        if not q:
+            rows = conn.execute(
+                select(sessions).where(*page_where).order_by(*order).limit(limit + 1)
+            ).all()
+            if after is None and len(rows) <= limit:
+                total = len(rows)  # the first page holds them all: no second pass to count
+            else:
+                # Ordered as the index is, so that the count walks this tenant's index
+                # entries (a bare LIMIT lets Postgres scan the table past other tenants').
+                capped = (
+                    select(sessions.c.id)
+                    .where(*where)
+                    .order_by(sessions.c.created_at.desc())
+                    .limit(COUNT_CAP + 1)
+                    .subquery()
                 )
-        rows = conn.execute(
-            select(sessions)
-            .where(*page_where)
-            .order_by(sessions.c.created_at.desc(), sessions.c.id.desc())
-            .limit(limit + 1)
-        ).all()
-        if after is None and len(rows) <= limit:
-            total = len(rows)  # the first page holds them all: no second pass to count
+                total = conn.execute(select(func.count()).select_from(capped)).scalar_one()
+            found = [session_from_row(r) for r in rows[:limit]]
+            more = len(rows) > limit
+            return SessionsPage(found, int(total), found[-1].id if more else None)
+        escaped = q.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        pattern = f"%{escaped}%"
+        window = select(sessions).where(*page_where).order_by(*order).limit(SCAN_WINDOW).subquery()
+        cols = (window.c.id, window.c.title, window.c.user_id, window.c.parent_id)
+        if store.dialect == "sqlite":  # SQLite's LIKE ignores case (ASCII) without lower()
+            test = or_(*(col.like(pattern, escape="\\") for col in cols))
         else:
-            capped = select(sessions.c.id).where(*where).limit(COUNT_CAP + 1).subquery()
-            total = conn.execute(select(func.count()).select_from(capped)).scalar_one()
+            test = or_(*(col.ilike(pattern, escape="\\") for col in cols))
+        rows = conn.execute(
+            select(window)
+            .where(test)
+            .order_by(window.c.created_at.desc(), window.c.id.desc())
+            .limit(COUNT_CAP + 1)
+        ).all()
+        # The window's last session, when it is full: older ones are left to the next page.
+        edge = conn.execute(
+            select(sessions.c.id)
+            .where(*page_where)
+            .order_by(*order)
+            .offset(SCAN_WINDOW - 1)
+            .limit(1)
+        ).first()
     found = [session_from_row(r) for r in rows[:limit]]
-    return found, len(rows) > limit, int(total)
+    if len(rows) > limit:
+        return SessionsPage(found, len(rows), found[-1].id, SCAN_WINDOW if edge else None)
+    if edge is not None:
+        return SessionsPage(found, len(rows), str(edge.id), SCAN_WINDOW)
+    return SessionsPage(found, len(rows), None)
 
 
 def _fork_tree(sessions: list[Session]) -> list[tuple[Session, int]]:
