@@ -38,10 +38,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from sqlalchemy import select, text, update
+from sqlalchemy import bindparam, select, text, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 
@@ -377,9 +378,7 @@ def pending(conn: Connection, session_ids: Sequence[str] | None = None) -> list[
 def plan_rest(conn: Connection, session_id: str, record_seq: int) -> list[tuple[int, str]]:
     """What an unfinished purge has yet to erase: the events its record lists whose
     payloads are not redacted yet, with their redacted payloads."""
-    rec = next((r for _o, seq, r in records(conn, [session_id]) if seq == record_seq), None)
-    if rec is None:  # pragma: no cover - the row and its record commit together
-        return []
+    rec = _record(conn, session_id, record_seq)
     out = []
     for r in range_rows(conn, session_id, rec.from_seq, rec.to_seq):
         payload = redacted_form(r.kind, r.payload)
@@ -389,28 +388,61 @@ def plan_rest(conn: Connection, session_id: str, record_seq: int) -> list[tuple[
 
 
 def erase(conn: Connection, tenant: str, session_id: str, items: Sequence[tuple[int, str]]) -> None:
-    """Rewrite some events' payloads to their redacted form and delete their search
-    documents, in one short transaction (idempotent: the redacted form is a function of
-    the payload, and of itself)."""
-    # An indexer that read a payload this erases commits its words first (and they are
-    # deleted here), or reads the erased payload after.
+    """Rewrite some events' payloads to their redacted form, in one short transaction
+    (idempotent: the redacted form is a function of the payload, and of itself)."""
+    # An indexer that read a payload this erases commits its words first (and
+    # :func:`forget_search` deletes them after the last erase), or reads the erased one.
     search.index_lock(conn, tenant)
     if conn.dialect.name == "sqlite":
         # Pages the purge frees or rewrites are zeroed, not left holding the old content.
         conn.exec_driver_sql("PRAGMA secure_delete = ON")
     _guards(conn, session_id, on=False)
-    for seq, payload in items:
-        conn.execute(
-            update(events)
-            .where(events.c.session_id == session_id, events.c.seq == seq)
-            .values(payload=payload, size=len(payload.encode("utf-8")))
-        )
+    conn.execute(
+        update(events)
+        .where(events.c.session_id == session_id, events.c.seq == bindparam("at"))
+        .values(payload=bindparam("body"), size=bindparam("bytes")),
+        [{"at": seq, "body": p, "bytes": len(p.encode("utf-8"))} for seq, p in items],
+    )
     _guards(conn, session_id, on=True)
-    _forget_search(conn, session_id, [seq for seq, _p in items])
+
+
+def search_rows(conn: Connection, session_id: str, record_seq: int) -> list[int]:
+    """SQLite: the rowids of the search documents of the events a purge record lists (a
+    read, after every erase committed: no indexer can add a document of their old words
+    after that, since it reads and writes in one write transaction). FTS5 finds them by
+    scanning its table, so this runs outside any write lock; Postgres deletes by its key
+    (:func:`finish`) and reads nothing here."""
+    if conn.dialect.name != "sqlite":
+        return []
+    rec = _record(conn, session_id, record_seq)
+    return list(
+        conn.execute(
+            text(
+                "SELECT rowid FROM search_fts WHERE session_id = :sid AND seq BETWEEN :lo AND :hi"
+            ),
+            {"sid": session_id, "lo": rec.from_seq, "hi": rec.to_seq},
+        ).scalars()
+    )
+
+
+def forget_search(conn: Connection, rowids: Sequence[int]) -> None:
+    """SQLite: delete search documents by rowid so that no trace of their words stays in
+    the index: where SQLite has FTS5's ``secure-delete`` option (3.42+) it is turned on
+    first, so the deletes remove the words from the segments (not only add delete
+    markers); elsewhere :func:`finish` merges the index into one segment. Freed pages are
+    zeroed (``secure_delete``)."""
+    conn.exec_driver_sql("PRAGMA secure_delete = ON")
+    _secure_fts(conn)
+    marks = ", ".join(f":r{j}" for j in range(len(rowids)))
+    conn.execute(
+        text(f"DELETE FROM search_fts WHERE rowid IN ({marks})"),
+        {f"r{j}": r for j, r in enumerate(rowids)},
+    )
 
 
 def finish(conn: Connection, tenant: str, session_id: str, record_seq: int) -> None:
-    """The end of a purge: the attachments no one names any more go, and so does its
+    """The end of a purge: the search documents (Postgres; SQLite's went by
+    :func:`forget_search`) and the attachments no one names any more go, and so does its
     ``purge_pending`` row (nothing, when another process finished it first)."""
     row = conn.execute(
         select(purge_pending.c.refs).where(
@@ -420,14 +452,33 @@ def finish(conn: Connection, tenant: str, session_id: str, record_seq: int) -> N
     if row is None:
         return
     search.index_lock(conn, tenant)
+    if conn.dialect.name == "postgresql":
+        rec = _record(conn, session_id, record_seq)
+        conn.execute(
+            text("DELETE FROM search_docs WHERE session_id = :sid AND seq BETWEEN :lo AND :hi"),
+            {"sid": session_id, "lo": rec.from_seq, "hi": rec.to_seq},
+        )
+    else:
+        conn.exec_driver_sql("PRAGMA secure_delete = ON")
+        if not _secure_fts(conn):  # an SQLite before 3.42
+            conn.execute(text("INSERT INTO search_fts(search_fts) VALUES ('optimize')"))
     _forget_blobs(conn, tenant, set(json.loads(row.refs)))
-    if conn.dialect.name == "sqlite" and not _secure_fts(conn):
-        conn.execute(text("INSERT INTO search_fts(search_fts) VALUES ('optimize')"))
     conn.execute(
         purge_pending.delete().where(
             purge_pending.c.session_id == session_id, purge_pending.c.seq == record_seq
         )
     )
+
+
+def _record(conn: Connection, session_id: str, record_seq: int) -> Purge:
+    row = conn.execute(
+        select(events.c.id, events.c.created_at, events.c.payload).where(
+            events.c.session_id == session_id, events.c.seq == record_seq
+        )
+    ).one()
+    evt = decode_event("purge", row.payload, row.id, row.created_at)
+    assert isinstance(evt, Purge)
+    return evt
 
 
 def erase_fields(conn: Connection, tenant: str, session_id: str) -> None:
@@ -468,23 +519,6 @@ def _secure_fts(conn: Connection) -> bool:
     return True
 
 
-def _forget_search(conn: Connection, session_id: str, seqs: list[int]) -> None:
-    """Delete the purged events' search documents so that no trace of their words stays
-    in the index (on SQLite with FTS5's ``secure-delete``, see :func:`_secure_fts`; freed
-    pages are zeroed by ``secure_delete``, set by :func:`erase`)."""
-    pg = conn.dialect.name == "postgresql"
-    table = "search_docs" if pg else "search_fts"
-    if not pg:
-        _secure_fts(conn)
-    for i in range(0, len(seqs), 500):
-        chunk = seqs[i : i + 500]
-        marks = ", ".join(f":s{j}" for j in range(len(chunk)))
-        conn.execute(
-            text(f"DELETE FROM {table} WHERE session_id = :sid AND seq IN ({marks})"),
-            {"sid": session_id, **{f"s{j}": s for j, s in enumerate(chunk)}},
-        )
-
-
 def _forget_blobs(conn: Connection, tenant: str, refs: set[str]) -> None:
     """Delete the purged attachments no other event of the tenant still names (a scan of
     the tenant's payloads: purges are rare, administrative operations)."""
@@ -503,6 +537,7 @@ class PurgeMethods:
     """:meth:`purge`, mixed into :class:`~eventstore.EventStore`."""
 
     tenant: str
+    dialect: str
     token_counter: TokenCounter
     _run: Any
     _heads: Any
@@ -575,7 +610,19 @@ class PurgeMethods:
     def _erase(
         self, tenant: str, session_id: str, record_seq: int, items: list[tuple[int, str]]
     ) -> None:
-        """Rewrite ``items`` in short transactions, then finish the purge."""
+        """Rewrite ``items`` in short transactions, then delete the search documents and
+        finish the purge. On SQLite, whose busy handler polls, the purge rests as long as
+        each transaction took before the next one: a waiting writer gets its turn."""
+        rest = self.dialect == "sqlite"
         for i in range(0, len(items), CHUNK):
-            self._run(erase, tenant, session_id, items[i : i + CHUNK], write=True)
+            self._turn(rest, erase, tenant, session_id, items[i : i + CHUNK])
+        rowids = self._run(search_rows, session_id, record_seq)
+        for i in range(0, len(rowids), CHUNK):
+            self._turn(rest, forget_search, rowids[i : i + CHUNK])
         self._run(finish, tenant, session_id, record_seq, write=True)
+
+    def _turn(self, rest: bool, fn: Any, *args: Any) -> None:
+        start = time.monotonic()
+        self._run(fn, *args, write=True)
+        if rest:
+            time.sleep(min(max(time.monotonic() - start, 0.01), 0.2))
