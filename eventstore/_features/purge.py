@@ -9,7 +9,7 @@ other writer waits). It
 2. in one short transaction appends a :class:`~eventstore.events.Purge` record binding
    the events' stored hashes (a SHA-256 over them, in order) and their redacted payloads,
    with a ``purge_pending`` row saying the erasure is under way;
-3. in short transactions of :data:`CHUNK` events each (SQLite has one writer at a time:
+3. in short transactions of at most :data:`CHUNK` events each (SQLite has one writer at a time:
    no other writer waits for the whole purge) replaces the payload of each event in the
    range with a *redacted* payload of the same kind and shape: message roles, part
    types, tool call ids and names and result states stay (views stay valid and tool
@@ -247,9 +247,14 @@ def _guards(conn: Connection, session_id: str, on: bool) -> None:
         conn.execute(purge_marks.insert(), {"session_id": session_id})
 
 
-#: Events one erasing transaction rewrites: small enough that another writer of the
-#: database (SQLite has one at a time) waits well under a second for it.
-CHUNK = 250
+#: Events, and bytes of their payloads, one erasing transaction rewrites at most: small
+#: enough that another writer of the database (SQLite has one at a time) waits a fraction
+#: of a second for it.
+CHUNK = 1000
+CHUNK_BYTES = 2_000_000
+
+#: An erased event: its seq, its redacted payload, the size of the payload it replaces.
+Item = tuple[int, str, int]
 
 
 class Plan(NamedTuple):
@@ -257,8 +262,7 @@ class Plan(NamedTuple):
 
     head: int
     records: int  # the session's purge records when it was read
-    seqs: list[int]
-    payloads: list[str]  # the redacted payloads, by seq
+    items: list[Item]
     refs: list[str]  # attachment digests the purged events name
     record: Purge | None  # None: nothing left to purge
 
@@ -297,29 +301,27 @@ def plan_purge(
         )
         .order_by(events.c.seq)
     )
-    seqs: list[int] = []
+    items: list[Item] = []
     hashes: list[str] = []
-    payloads: list[str] = []
     refs: set[str] = set()
     for r in rows:
         if any(lo <= r.seq <= hi for lo, hi in done):
             continue
         evt = decode_event(r.kind, r.payload, "0", utcnow())
         refs.update(blob_refs(evt))
-        seqs.append(r.seq)
+        items.append((r.seq, encode_event(redact(evt)), len(r.payload)))
         hashes.append(r.hash)
-        payloads.append(encode_event(redact(evt)))
     record = None
-    if seqs:
+    if items:
         record = Purge(
-            from_seq=seqs[0],
-            to_seq=seqs[-1],
-            events=len(seqs),
+            from_seq=items[0][0],
+            to_seq=items[-1][0],
+            events=len(items),
             hashes=hashes_digest(hashes),
-            redacted=payloads_digest(payloads),
+            redacted=payloads_digest([p for _seq, p, _n in items]),
             reason=reason,
         )
-    return Plan(head, len(done), seqs, payloads, sorted(refs), record)
+    return Plan(head, len(done), items, sorted(refs), record)
 
 
 def start_purge(
@@ -375,7 +377,7 @@ def pending(conn: Connection, session_ids: Sequence[str] | None = None) -> list[
     return list(conn.execute(q))
 
 
-def plan_rest(conn: Connection, session_id: str, record_seq: int) -> list[tuple[int, str]]:
+def plan_rest(conn: Connection, session_id: str, record_seq: int) -> list[Item]:
     """What an unfinished purge has yet to erase: the events its record lists whose
     payloads are not redacted yet, with their redacted payloads."""
     rec = _record(conn, session_id, record_seq)
@@ -383,11 +385,11 @@ def plan_rest(conn: Connection, session_id: str, record_seq: int) -> list[tuple[
     for r in range_rows(conn, session_id, rec.from_seq, rec.to_seq):
         payload = redacted_form(r.kind, r.payload)
         if payload is not None and payload != r.payload:
-            out.append((r.seq, payload))
+            out.append((r.seq, payload, len(r.payload)))
     return out
 
 
-def erase(conn: Connection, tenant: str, session_id: str, items: Sequence[tuple[int, str]]) -> None:
+def erase(conn: Connection, tenant: str, session_id: str, items: Sequence[Item]) -> None:
     """Rewrite some events' payloads to their redacted form, in one short transaction
     (idempotent: the redacted form is a function of the payload, and of itself)."""
     # An indexer that read a payload this erases commits its words first (and
@@ -401,7 +403,7 @@ def erase(conn: Connection, tenant: str, session_id: str, items: Sequence[tuple[
         update(events)
         .where(events.c.session_id == session_id, events.c.seq == bindparam("at"))
         .values(payload=bindparam("body"), size=bindparam("bytes")),
-        [{"at": seq, "body": p, "bytes": len(p.encode("utf-8"))} for seq, p in items],
+        [{"at": seq, "body": p, "bytes": len(p.encode("utf-8"))} for seq, p, _n in items],
     )
     _guards(conn, session_id, on=True)
 
@@ -592,7 +594,7 @@ class PurgeMethods:
                 self.tenant,
                 session_id,
                 started.record_seq,
-                list(zip(plan.seqs, plan.payloads, strict=True)),
+                plan.items,
             )
         return plan.record
 
@@ -607,15 +609,21 @@ class PurgeMethods:
             self._erase(row.tenant, row.session_id, row.seq, items)
         return len(rows)
 
-    def _erase(
-        self, tenant: str, session_id: str, record_seq: int, items: list[tuple[int, str]]
-    ) -> None:
+    def _erase(self, tenant: str, session_id: str, record_seq: int, items: list[Item]) -> None:
         """Rewrite ``items`` in short transactions, then delete the search documents and
-        finish the purge. On SQLite, whose busy handler polls, the purge rests as long as
-        each transaction took before the next one: a waiting writer gets its turn."""
+        finish the purge. On SQLite, whose busy handler polls, the purge rests after each
+        transaction as long as it took (100-500 ms): a waiting writer gets its turn."""
         rest = self.dialect == "sqlite"
-        for i in range(0, len(items), CHUNK):
-            self._turn(rest, erase, tenant, session_id, items[i : i + CHUNK])
+        chunk: list[Item] = []
+        size = 0
+        for item in items:
+            if chunk and (len(chunk) == CHUNK or size + item[2] > CHUNK_BYTES):
+                self._turn(rest, erase, tenant, session_id, chunk)
+                chunk, size = [], 0
+            chunk.append(item)
+            size += item[2]
+        if chunk:
+            self._turn(rest, erase, tenant, session_id, chunk)
         rowids = self._run(search_rows, session_id, record_seq)
         for i in range(0, len(rowids), CHUNK):
             self._turn(rest, forget_search, rowids[i : i + CHUNK])
@@ -625,4 +633,6 @@ class PurgeMethods:
         start = time.monotonic()
         self._run(fn, *args, write=True)
         if rest:
-            time.sleep(min(max(time.monotonic() - start, 0.01), 0.2))
+            # At least SQLite's longest busy-handler sleep (100 ms): a writer that waited
+            # through this transaction wakes while the lock is free.
+            time.sleep(min(max(time.monotonic() - start, 0.1), 0.5))
