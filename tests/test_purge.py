@@ -520,6 +520,13 @@ def test_a_purge_killed_between_its_steps_is_reported_and_completed(
             s=sid,
         )
         assert store.verify(sid).ok
+    from click.testing import CliRunner
+
+    from eventstore.cli import cli
+
+    shown = CliRunner().invoke(cli, ["--db", db_url, "--tenant", tenant, "verify", sid])
+    assert shown.exit_code == 0, shown.output
+    assert "801 events a purge record lists still hold their content" in shown.output
     monkeypatch.undo()
 
     # The next writable open finishes it, once.
