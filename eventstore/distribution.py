@@ -65,7 +65,7 @@ _KEYED_TABLES: tuple[tuple[str, str], ...] = (
 )
 
 #: Small global tables: a copy on every node.
-_REFERENCE_TABLES = ("search_progress", "feed_cursor", "alembic_version")
+_REFERENCE_TABLES = ("search_progress", "feed_cursor", "purge_pending", "alembic_version")
 
 _PARTITIONED = ("events", "parts")
 _PARTITION_NAME = re.compile(r"^(events|parts)_p\d+$")

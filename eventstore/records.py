@@ -119,6 +119,11 @@ class VerifyReport(BaseModel):
     purged: int = 0
     """Events whose content an administrative purge removed (their hashes are bound by
     the purge records, so the chain is still proven)."""
+    purge_pending: int = 0
+    """Events a purge record lists that still hold their content: the purge was
+    interrupted after its record committed (a killed process). Their hashes and the
+    redacted form the record binds are checked; the next purge, or the next open of a
+    writable store, erases them (:meth:`EventStore.complete_purges`)."""
     unverifiable_views: int = 0
     """Recorded model calls whose view held content purged since: their fingerprints
     cannot be re-derived (not counted as problems)."""

@@ -45,6 +45,7 @@ __all__ = [
     "search_progress",
     "blobs",
     "purge_marks",
+    "purge_pending",
     "NATIVE_SEARCH_TABLES",
     "SCHEMA_REVISION",
     "RARE_KIND",
@@ -57,7 +58,7 @@ __all__ = [
 ]
 
 #: The Alembic revision this code expects. A test asserts it equals the migration head.
-SCHEMA_REVISION = "0011"
+SCHEMA_REVISION = "0012"
 
 #: The predicate of the partial ``(session_id, kind, seq)`` index: every kind but messages.
 RARE_KIND = "kind <> 'message'"
@@ -307,16 +308,32 @@ search_progress = Table(
     PrimaryKeyConstraint("tenant"),
 )
 
-# SQLite: the session a purge is rewriting, inserted and deleted inside the purge's
-# transaction (so no other connection ever sees a row). The append-only trigger on
-# ``events`` lets that session's payloads change, and nothing else of its rows. Postgres
-# reads a transaction-local setting instead (``eventstore.purging``) and leaves this empty.
-# Either way no DDL runs: other writers never wait for a purge of another session.
+# SQLite only: the session a purge is rewriting, inserted and deleted inside each of the
+# purge's transactions (so no other connection ever sees a row). The append-only trigger
+# on ``events`` lets that session's payloads change, and nothing else of its rows.
+# Postgres reads a transaction-local setting instead (``eventstore.purging``) and has no
+# such table since 0012. Either way no DDL runs: other writers never wait for the table.
 purge_marks = Table(
     "purge_marks",
     metadata,
     Column("session_id", String(36), nullable=False),
     PrimaryKeyConstraint("session_id"),
+    info={"dialects": ("sqlite",)},
+)
+
+# A purge that has appended its record but not yet erased every event the record lists
+# (it erases them in short transactions after the record commits, so that other writers
+# never wait for the whole purge). ``refs`` are the attachment digests the purged events
+# named (JSON), which the erased payloads no longer show. The next purge, or the next
+# open of the store, completes what a killed process left; ``verify`` reports it meanwhile.
+purge_pending = Table(
+    "purge_pending",
+    metadata,
+    Column("session_id", String(36), nullable=False),
+    Column("seq", BigInteger, nullable=False),
+    Column("tenant", String(255), nullable=False),
+    Column("refs", Text, nullable=False),
+    PrimaryKeyConstraint("session_id", "seq"),
 )
 
 #: Tables of the native search index, by dialect (SQLite's FTS5 adds shadow tables

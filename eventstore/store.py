@@ -67,6 +67,7 @@ from .distribution import is_distributed, routes_appends
 from .errors import (
     ConfigurationError,
     ConnectionDropped,
+    EventStoreError,
     InvalidEventError,
     NotFoundError,
     ReadAgain,
@@ -255,6 +256,16 @@ class EventStore(
                 self.engine.dispose()
                 raise
             self._schema_pending = None
+        self._finish_interrupted_purges()
+
+    def _finish_interrupted_purges(self) -> None:
+        """Complete the purges a killed process left unfinished (see
+        :meth:`complete_purges`), unless this store cannot write (a read-only file, a
+        replica's role): ``verify`` reports them until a writable store opens."""
+        try:
+            self.complete_purges()
+        except (EventStoreError, DBAPIError):
+            pass
 
     def with_tenant(self, tenant: str) -> EventStore:
         """The same database, scoped to another tenant (shares the engine)."""
@@ -542,6 +553,10 @@ class EventStore(
             load_blobs=lambda named: self._run(blobs.load, self.tenant, named),
             purges=self._run(_purge_rows.records, [seg.owner for seg in segments]),
             load_range=lambda owner, lo, hi: self._run(_purge_rows.range_rows, owner, lo, hi),
+            unfinished=[
+                (r.session_id, r.seq)
+                for r in self._run(_purge_rows.pending, [seg.owner for seg in segments])
+            ],
         )
         after = 0
         while after < head:

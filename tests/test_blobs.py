@@ -238,3 +238,53 @@ def test_an_import_naming_a_blob_nobody_holds_is_refused(db_url: str, tmp_path: 
         assert len(store.list_sessions()) == 1
     finally:
         store.close()
+
+
+def test_a_big_batch_of_dicts_naming_a_foreign_blob_is_refused(store: EventStore) -> None:
+    """The check looks at a lazily encoded batch before encoding it: events given as
+    dicts, not yet validated, are looked at too."""
+    from eventstore import InvalidEventError
+
+    sid = store.create_session(user_id="bob").id
+    named = {
+        "kind": "message",
+        "role": "user",
+        "parts": [{"type": "file", "media_type": "image/png", "blob": "sha256:" + "1" * 64}],
+    }
+    batch = [{"kind": "message", "role": "user", "parts": [{"type": "text", "text": "hi"}]}] * 30
+    with pytest.raises(InvalidEventError, match=r"events\[30\].*does not hold"):
+        store.append(sid, [*batch, named])
+    assert store.head(sid) == 0
+    store.append(sid, batch)
+    assert store.head(sid) == 30
+
+
+def test_a_big_batch_naming_no_blob_is_not_encoded_before_its_rows_go(
+    store: EventStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Postgres encodes a big batch while its rows stream out by COPY: the blob check
+    must not encode every event first when none names a blob by its digest."""
+    import importlib
+
+    encode = importlib.import_module("eventstore._append.encode")  # the package shadows it
+    locked = importlib.import_module("eventstore._append.locked")
+    encoded: list[int] = []
+    at_insert: list[int] = []
+    one, insert_rows = encode.encode_one, locked.insert_rows
+
+    def counting(*args: Any) -> Any:
+        encoded.append(1)
+        return one(*args)
+
+    def spying(*args: Any, **kw: Any) -> None:
+        at_insert.append(len(encoded))
+        insert_rows(*args, **kw)
+
+    monkeypatch.setattr(encode, "encode_one", counting)
+    monkeypatch.setattr(locked, "insert_rows", spying)
+    sid = store.create_session().id
+    store.append(sid, [Message.user(f"m{i}") for i in range(200)])
+    assert store.head(sid) == 200
+    assert len(encoded) == 200
+    if store.dialect == "postgresql":
+        assert at_insert == [0]  # encoded as the rows were sent, not before

@@ -33,6 +33,7 @@ pytestmark = pytest.mark.skipif(
 _TABLES = (
     "parts", "events", "fork_compactions", "feed_pending", "search_docs", "sessions",
     "session_keys", "blobs", "feed", "feed_cursor", "search_progress", "purge_marks",
+    "purge_pending",
     "alembic_version",
 )  # fmt: skip
 

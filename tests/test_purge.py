@@ -395,3 +395,151 @@ def test_the_export_of_a_purged_session_imports_as_the_purged_log(
             import_jsonl(store, io.StringIO("\n".join(lines) + "\n"), new_id=True)
     finally:
         store.close()
+
+
+def _long_session(store: EventStore, n: int) -> str:
+    sid = store.create_session().id
+    for i in range(0, n, 1000):
+        store.append(sid, [Message.user(f"{SECRET} number {i + j}") for j in range(1000)])
+    return sid
+
+
+def test_other_writers_wait_briefly_during_a_large_purge(db_url: str) -> None:
+    """A purge rewrote every event in one transaction: on SQLite, which has one writer at a
+    time, every other writer of the database (another tenant here) waited for all of it."""
+    import threading
+    import time
+    import uuid
+
+    store = EventStore(db_url, tenant=f"t-{uuid.uuid4().hex}", upgrade=True)
+    other = store.with_tenant(f"o-{uuid.uuid4().hex}")
+    try:
+        sid = _long_session(store, 4000)
+        busy = other.create_session().id
+        stop = threading.Event()
+        waits: list[float] = []
+
+        def write() -> None:
+            while not stop.is_set():
+                t = time.perf_counter()
+                other.append(busy, [Message.user("meanwhile")])
+                waits.append(time.perf_counter() - t)
+                time.sleep(0.005)
+
+        writer = threading.Thread(target=write)
+        writer.start()
+        try:
+            time.sleep(0.1)
+            start = time.perf_counter()
+            record = store.purge(sid)
+            took = time.perf_counter() - start
+        finally:
+            stop.set()
+            writer.join()
+        assert record is not None and record.events == 4000
+        # Each wait is at most one short erasing transaction, not the whole purge.
+        assert max(waits) < max(0.5, took / 4), (max(waits), took)
+        report = store.verify(sid, fingerprints=False)
+        assert report.ok and report.purged == 4000 and report.purge_pending == 0
+        assert other.verify(busy).ok
+    finally:
+        store.close()
+
+
+_KILLED_PURGE = """
+import os, signal, sys
+from eventstore import EventStore
+from eventstore._features import purge
+
+erases = 0
+original = purge.erase
+
+def erase(conn, *args):
+    global erases
+    erases += 1
+    original(conn, *args)
+    if erases == 3:  # inside the third erasing transaction, before its commit
+        os.kill(os.getpid(), signal.SIGKILL)
+
+purge.erase = erase
+purge.CHUNK = 100
+EventStore(sys.argv[1], tenant=sys.argv[2]).purge(sys.argv[3], reason="erasure")
+"""
+
+
+def test_a_purge_killed_between_its_steps_is_reported_and_completed(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """kill -9 after the purge record committed and some events were erased: ``verify``
+    proves the chain and counts what is left, the next open completes the erasure."""
+    import subprocess
+    import sys
+    import uuid
+
+    tenant = f"t-{uuid.uuid4().hex}"
+    with EventStore(db_url, tenant=tenant, upgrade=True) as store:
+        sid = _long_session(store, 1000)
+        store.append(
+            sid,
+            [
+                Message(
+                    role="user",
+                    parts=[
+                        FilePart(media_type="image/png", data=b"\x89PNG" + SECRET.encode() * 3000)
+                    ],
+                )
+            ],
+        )
+        head = store.head(sid)
+        assert store.search(SECRET.split()[2])
+    done = subprocess.run(
+        [sys.executable, "-c", _KILLED_PURGE, db_url, tenant, sid], capture_output=True
+    )
+    assert done.returncode == -9, done.stderr.decode()[-2000:]
+
+    # A store that cannot write yet (as a read-only file would be): verify reports.
+    monkeypatch.setattr(EventStore, "_finish_interrupted_purges", lambda self: None)
+    with EventStore(db_url, tenant=tenant) as store:
+        assert store.head(sid) == head + 1  # the record committed
+        report = store.verify(sid)
+        assert report.ok, report.problems
+        assert report.purged == 200 and report.purge_pending == 801
+        assert sum(SECRET in p for p in _raw_payloads(store, sid)) == 800
+        # The unerased events are still proven by their hashes.
+        _tamper(
+            store,
+            "UPDATE events SET payload = replace(payload, 'Secret', 'Public') "
+            "WHERE session_id = :s AND seq = 500",
+            s=sid,
+        )
+        assert "seq 500: hash mismatch" in _problems(store.verify(sid))
+        _tamper(
+            store,
+            "UPDATE events SET payload = replace(payload, 'Public', 'Secret') "
+            "WHERE session_id = :s AND seq = 500",
+            s=sid,
+        )
+        assert store.verify(sid).ok
+    from click.testing import CliRunner
+
+    from eventstore.cli import cli
+
+    shown = CliRunner().invoke(cli, ["--db", db_url, "--tenant", tenant, "verify", sid])
+    assert shown.exit_code == 0, shown.output
+    assert "801 events a purge record lists still hold their content" in shown.output
+    monkeypatch.undo()
+
+    # The next writable open finishes it, once.
+    with EventStore(db_url, tenant=tenant) as store:
+        report = store.verify(sid)
+        assert report.ok and report.purged == 1001 and report.purge_pending == 0
+        assert store.head(sid) == head + 1
+        assert not any(SECRET in p for p in _raw_payloads(store, sid))
+        assert store.search(SECRET.split()[2]) == []
+        assert _blob_count(store) == 0
+        assert store.complete_purges() == 0
+        with store.engine.connect() as conn:
+            left = conn.execute(
+                text("SELECT count(*) FROM purge_pending WHERE session_id = :s"), {"s": sid}
+            ).scalar_one()
+        assert left == 0

@@ -13,12 +13,12 @@ from pydantic import BaseModel, ValidationError
 from pydantic_core import PydanticSerializationError
 
 from .._checks import MAX_COLUMN_INT, check_event, check_kind, describe_error
-from ..codec import Encoded, check_text, encode, encode_plain, format_ts, read_back
+from ..codec import Encoded, blob_refs, check_text, encode, encode_plain, format_ts, read_back
 from ..errors import InvalidEventError, PayloadTooLargeError
-from ..events import EMPTY_ASSISTANT, EVENT_ADAPTER, Event, Message, empty_assistant
+from ..events import EMPTY_ASSISTANT, EVENT_ADAPTER, Event, Message, Queued, empty_assistant
 from ..tokens import TokenCounter
 
-__all__ = ["check_batch", "encode_one", "encode_all", "Encoding"]
+__all__ = ["check_batch", "encode_one", "encode_all", "Encoding", "names_blobs"]
 
 
 def check_batch(evts: Any) -> None:
@@ -165,6 +165,11 @@ class Encoding(Sequence[Encoded]):
     def __len__(self) -> int:
         return len(self._evts)
 
+    @property
+    def events(self) -> Sequence[Event | dict[str, Any]]:
+        """The events as given, encoded or not yet."""
+        return self._evts
+
     def __iter__(self) -> Iterator[Encoded]:
         done, evts, i = self._done, self._evts, 0
         while i < len(evts):
@@ -187,3 +192,28 @@ class Encoding(Sequence[Encoded]):
             if k == at:
                 return enc
         raise AssertionError("unreachable")
+
+
+def names_blobs(encoded: Sequence[Encoded]) -> bool:
+    """Whether a batch may name an attachment by its digest alone (what
+    :func:`~eventstore._sql.blobs.check_named` checks). An :class:`Encoding` answers from
+    the events it has not encoded yet, so that the check does not encode the whole batch
+    before its rows start on their way; any other batch from what it encoded."""
+    if isinstance(encoded, Encoding):
+        return any(_may_name_blob(evt) for evt in encoded.events)
+    return any(enc.named for enc in encoded)
+
+
+def _may_name_blob(value: Any) -> bool:
+    """Whether an event as given (a model, or a dict still to validate) may hold a
+    ``FilePart`` naming a blob. For a dict, any ``blob`` key with a value anywhere in it
+    counts: an over-cautious yes costs only the early encoding the check needs."""
+    if isinstance(value, (Message, Queued)):
+        return bool(blob_refs(value))
+    if isinstance(value, BaseModel):  # no other event names a blob (see codec.encode)
+        return False
+    if isinstance(value, dict):
+        return value.get("blob") is not None or any(_may_name_blob(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(_may_name_blob(v) for v in value)
+    return False

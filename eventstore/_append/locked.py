@@ -44,6 +44,7 @@ from ..events import Prune, utcnow
 from ..records import AppendResult
 from ..schema import events, fork_compactions, kind_is, parts, sessions
 from . import postgres, sqlite
+from .encode import names_blobs
 from .rows import Rows
 from .store import Store
 
@@ -143,7 +144,8 @@ def write(
         raise ConflictError(session_id, expected_seq, head)
     if not encoded:
         return AppendResult(seqs=[], head_seq=head)
-    blobs.check_named(conn, tenant, session_id, encoded)  # before the batch's own rows
+    if names_blobs(encoded):  # before the batch's own rows (they would name it too)
+        blobs.check_named(conn, tenant, session_id, encoded)
     rows = Rows(
         session_id, head, head_hash, encoded, utcnow(),
         sqlite=conn.dialect.name == "sqlite",

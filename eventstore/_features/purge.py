@@ -3,16 +3,27 @@
 The log is append-only: database triggers reject any change to ``events``. A purge is the
 one explicit way past them, for its own session's payloads only (a transaction-local
 setting on Postgres, a marker row only its transaction sees on SQLite; no DDL, so no
-other writer waits). In one transaction it
+other writer waits). It
 
-1. replaces the payload of each event in the range with a *redacted* payload of the same
-   kind and shape: message roles, part types, tool call ids and names and result states
-   stay (views stay valid and tool pairs stay matched); every text, argument, output,
-   attachment, summary and custom value becomes ``[purged]`` or nothing;
-2. keeps each event's stored hash, and appends a :class:`~eventstore.events.Purge` record
-   binding those hashes (a SHA-256 over them, in order) into the chain;
-3. deletes the search-index rows of the purged events and the attachment blobs no
-   unpurged event of the tenant still references.
+1. reads the events and works out their redacted payloads, outside any write lock;
+2. in one short transaction appends a :class:`~eventstore.events.Purge` record binding
+   the events' stored hashes (a SHA-256 over them, in order) and their redacted payloads,
+   with a ``purge_pending`` row saying the erasure is under way;
+3. in short transactions of at most :data:`CHUNK` events each (SQLite has one writer at a time:
+   no other writer waits for the whole purge) replaces the payload of each event in the
+   range with a *redacted* payload of the same kind and shape: message roles, part
+   types, tool call ids and names and result states stay (views stay valid and tool
+   pairs stay matched); every text, argument, output, attachment, summary and custom
+   value becomes ``[purged]`` or nothing; each event keeps its stored hash; the same
+   transaction deletes its search-index rows;
+4. deletes the attachment blobs no unpurged event of the tenant still references, and
+   the ``purge_pending`` row.
+
+A process killed after step 2 leaves the row: the next purge, or the next open of a
+writable store, completes the erasure (:meth:`PurgeMethods.complete_purges`; the redacted
+form is a function of the payload, so this is idempotent), and ``verify`` meanwhile
+checks the unerased events against their hashes and the record and counts them in
+:attr:`~eventstore.verify.VerifyReport.purge_pending`.
 
 ``verify`` then recomputes every unpurged event's hash as always, accepts a purged
 event's stored hash only when a later purge record lists it and the hashes match, checks
@@ -26,10 +37,12 @@ views of a purged range measure what was there.
 from __future__ import annotations
 
 import hashlib
+import json
+import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from sqlalchemy import select, text, update
+from sqlalchemy import bindparam, select, text, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 
@@ -60,11 +73,10 @@ from ..events import (
     ToolResultPart,
     utcnow,
 )
-from ..schema import blobs, events, kind_is, purge_marks, session_keys, sessions
+from ..schema import blobs, events, kind_is, purge_marks, purge_pending, session_keys, sessions
 from . import search
 
 if TYPE_CHECKING:
-    from ..codec import Encoded
     from ..tokens import TokenCounter
 
 __all__ = [
@@ -73,9 +85,11 @@ __all__ = [
     "hashes_digest",
     "payloads_digest",
     "is_redacted",
+    "redacted_form",
     "records",
     "purge_count",
     "range_rows",
+    "pending",
 ]
 
 
@@ -199,14 +213,19 @@ def redact(evt: Event) -> Event:
     return out.model_copy(update={"id": evt.id, "created_at": evt.created_at})
 
 
-def is_redacted(kind: str, payload: str) -> bool:
-    """Whether a stored payload is already in redacted form (what ``verify`` requires of
-    a purged event)."""
+def redacted_form(kind: str, payload: str) -> str | None:
+    """The redacted form of a stored payload (``None`` when it does not decode)."""
     try:
         evt = decode_event(kind, payload, "0", utcnow())
     except Exception:
-        return False
-    return encode_event(redact(evt)) == payload
+        return None
+    return encode_event(redact(evt))
+
+
+def is_redacted(kind: str, payload: str) -> bool:
+    """Whether a stored payload is already in redacted form (what ``verify`` requires of
+    a purged event)."""
+    return redacted_form(kind, payload) == payload
 
 
 def _guards(conn: Connection, session_id: str, on: bool) -> None:
@@ -228,28 +247,40 @@ def _guards(conn: Connection, session_id: str, on: bool) -> None:
         conn.execute(purge_marks.insert(), {"session_id": session_id})
 
 
-def purge_rows(
-    conn: Connection,
-    tenant: str,
-    session_id: str,
-    through_seq: int | None,
-    reason: str | None,
-    counter: TokenCounter,
-    session_fields: bool = False,
-) -> tuple[int, Purge | None, int, str | None]:
-    """The purge itself; returns (record seq or 0, record, new head, new head hash)."""
-    # Before anything is read: an indexer that read a payload this purge erases commits
-    # its words first (and the purge deletes them), or reads the erased payload after.
-    search.index_lock(conn, tenant)
-    if conn.dialect.name == "sqlite":
-        # Pages the purge frees or rewrites are zeroed, not left holding the old content.
-        conn.exec_driver_sql("PRAGMA secure_delete = ON")
+#: Events, and bytes of their payloads, one erasing transaction rewrites at most: small
+#: enough that another writer of the database (SQLite has one at a time) waits a fraction
+#: of a second for it.
+CHUNK = 1000
+CHUNK_BYTES = 2_000_000
+
+#: An erased event: its seq, its redacted payload, the size of the payload it replaces.
+Item = tuple[int, str, int]
+
+
+class Plan(NamedTuple):
+    """What a purge will do, worked out from a read: nothing is locked meanwhile."""
+
+    head: int
+    records: int  # the session's purge records when it was read
+    items: list[Item]
+    refs: list[str]  # attachment digests the purged events name
+    record: Purge | None  # None: nothing left to purge
+
+
+class Started(NamedTuple):
+    """A purge whose record committed: what is left to erase."""
+
+    record_seq: int
+    head: int
+    head_hash: str | None
+
+
+def plan_purge(
+    conn: Connection, tenant: str, session_id: str, through_seq: int | None, reason: str | None
+) -> Plan:
+    """Read the events to purge and redact them (a read: the expensive part of a purge
+    runs while other writers write)."""
     segments, head = _sql.lineage_and_head(conn, tenant, session_id, include_deleted=True)
-    lock = select(sessions.c.head_seq, sessions.c.head_hash).where(sessions.c.id == session_id)
-    if conn.dialect.name == "postgresql":
-        lock = lock.with_for_update()
-    row = conn.execute(lock).one()
-    head, head_hash = row.head_seq, row.head_hash
     last = head if through_seq is None else through_seq
     if not 1 <= last <= head:
         raise InvalidEventError(f"through_seq: {through_seq} is outside 1..{head}")
@@ -259,54 +290,197 @@ def purge_rows(
             f"seqs 1..{last} of session {session_id!r} belong to the session it was forked "
             "from: purge that session instead"
         )
-    rows = list(
-        conn.execute(
-            select(events.c.seq, events.c.kind, events.c.payload, events.c.hash)
-            .where(
-                events.c.session_id == session_id,
-                events.c.seq >= own.lo,
-                events.c.seq <= last,
-            )
-            .order_by(events.c.seq)
-        )
-    )
     done = [(rec.from_seq, rec.to_seq) for _owner, _seq, rec in records(conn, [session_id])]
-    todo = [r for r in rows if r.kind != "purge" and not any(lo <= r.seq <= hi for lo, hi in done)]
-    if session_fields:
-        erase_fields(conn, tenant, session_id)
-    if not todo:
-        return 0, None, head, head_hash
+    rows = conn.execute(
+        select(events.c.seq, events.c.kind, events.c.payload, events.c.hash)
+        .where(
+            events.c.session_id == session_id,
+            events.c.seq >= own.lo,
+            events.c.seq <= last,
+            events.c.kind != "purge",
+        )
+        .order_by(events.c.seq)
+    )
+    items: list[Item] = []
+    hashes: list[str] = []
     refs: set[str] = set()
-    payloads: list[str] = []
-    _guards(conn, session_id, on=False)
-    for r in todo:
+    for r in rows:
+        if any(lo <= r.seq <= hi for lo, hi in done):
+            continue
         evt = decode_event(r.kind, r.payload, "0", utcnow())
         refs.update(blob_refs(evt))
-        payload = encode_event(redact(evt))
-        payloads.append(payload)
-        conn.execute(
-            update(events)
-            .where(events.c.session_id == session_id, events.c.seq == r.seq)
-            .values(payload=payload, size=len(payload.encode("utf-8")))
+        items.append((r.seq, encode_event(redact(evt)), len(r.payload)))
+        hashes.append(r.hash)
+    record = None
+    if items:
+        record = Purge(
+            from_seq=items[0][0],
+            to_seq=items[-1][0],
+            events=len(items),
+            hashes=hashes_digest(hashes),
+            redacted=payloads_digest([p for _seq, p, _n in items]),
+            reason=reason,
         )
-    _guards(conn, session_id, on=True)
-    record = Purge(
-        from_seq=todo[0].seq,
-        to_seq=todo[-1].seq,
-        events=len(todo),
-        hashes=hashes_digest([r.hash for r in todo]),
-        redacted=payloads_digest(payloads),
-        reason=reason,
+    return Plan(head, len(done), items, sorted(refs), record)
+
+
+def start_purge(
+    conn: Connection,
+    tenant: str,
+    session_id: str,
+    plan: Plan,
+    counter: TokenCounter,
+    session_fields: bool,
+) -> Started | None:
+    """Append the plan's record and its ``purge_pending`` row (one short write). ``None``
+    when another purge of the session committed since the plan was read: plan again."""
+    lock = select(sessions.c.head_seq, sessions.c.head_hash).where(
+        sessions.c.id == session_id, sessions.c.tenant == tenant
     )
-    enc: list[Encoded] = [encode(record, counter)]
+    if conn.dialect.name == "postgresql":
+        lock = lock.with_for_update()
+    row = conn.execute(lock).one()
+    if len(records(conn, [session_id])) != plan.records:
+        return None
+    if session_fields:
+        erase_fields(conn, tenant, session_id)
+    if plan.record is None:
+        return Started(0, row.head_seq, row.head_hash)
     now = utcnow()
-    made = Rows(session_id, head, head_hash, enc, now, sqlite=conn.dialect.name == "sqlite")
+    made = Rows(
+        session_id,
+        row.head_seq,
+        row.head_hash,
+        [encode(plan.record, counter)],
+        now,
+        sqlite=conn.dialect.name == "sqlite",
+    )
     locked.insert_rows(conn, made)
-    new_head, new_hash = made.seq, made.head_hash
-    locked.move_head(conn, session_id, head, new_head, new_hash, now)
-    _forget_search(conn, session_id, [r.seq for r in todo])
-    _forget_blobs(conn, tenant, refs)
-    return new_head, record, new_head, new_hash
+    locked.move_head(conn, session_id, row.head_seq, made.seq, made.head_hash, now)
+    conn.execute(
+        purge_pending.insert(),
+        {
+            "session_id": session_id,
+            "seq": made.seq,
+            "tenant": tenant,
+            "refs": json.dumps(plan.refs),
+        },
+    )
+    return Started(made.seq, made.seq, made.head_hash)
+
+
+def pending(conn: Connection, session_ids: Sequence[str] | None = None) -> list[Any]:
+    """The purges whose erasure has not finished (of ``session_ids``, or all)."""
+    q = select(purge_pending).order_by(purge_pending.c.session_id, purge_pending.c.seq)
+    if session_ids is not None:
+        q = q.where(purge_pending.c.session_id.in_(list(session_ids)))
+    return list(conn.execute(q))
+
+
+def plan_rest(conn: Connection, session_id: str, record_seq: int) -> list[Item]:
+    """What an unfinished purge has yet to erase: the events its record lists whose
+    payloads are not redacted yet, with their redacted payloads."""
+    rec = _record(conn, session_id, record_seq)
+    out = []
+    for r in range_rows(conn, session_id, rec.from_seq, rec.to_seq):
+        payload = redacted_form(r.kind, r.payload)
+        if payload is not None and payload != r.payload:
+            out.append((r.seq, payload, len(r.payload)))
+    return out
+
+
+def erase(conn: Connection, tenant: str, session_id: str, items: Sequence[Item]) -> None:
+    """Rewrite some events' payloads to their redacted form, in one short transaction
+    (idempotent: the redacted form is a function of the payload, and of itself)."""
+    # An indexer that read a payload this erases commits its words first (and
+    # :func:`forget_search` deletes them after the last erase), or reads the erased one.
+    search.index_lock(conn, tenant)
+    if conn.dialect.name == "sqlite":
+        # Pages the purge frees or rewrites are zeroed, not left holding the old content.
+        conn.exec_driver_sql("PRAGMA secure_delete = ON")
+    _guards(conn, session_id, on=False)
+    conn.execute(
+        update(events)
+        .where(events.c.session_id == session_id, events.c.seq == bindparam("at"))
+        .values(payload=bindparam("body"), size=bindparam("bytes")),
+        [{"at": seq, "body": p, "bytes": len(p.encode("utf-8"))} for seq, p, _n in items],
+    )
+    _guards(conn, session_id, on=True)
+
+
+def search_rows(conn: Connection, session_id: str, record_seq: int) -> list[int]:
+    """SQLite: the rowids of the search documents of the events a purge record lists (a
+    read, after every erase committed: no indexer can add a document of their old words
+    after that, since it reads and writes in one write transaction). FTS5 finds them by
+    scanning its table, so this runs outside any write lock; Postgres deletes by its key
+    (:func:`finish`) and reads nothing here."""
+    if conn.dialect.name != "sqlite":
+        return []
+    rec = _record(conn, session_id, record_seq)
+    return list(
+        conn.execute(
+            text(
+                "SELECT rowid FROM search_fts WHERE session_id = :sid AND seq BETWEEN :lo AND :hi"
+            ),
+            {"sid": session_id, "lo": rec.from_seq, "hi": rec.to_seq},
+        ).scalars()
+    )
+
+
+def forget_search(conn: Connection, rowids: Sequence[int]) -> None:
+    """SQLite: delete search documents by rowid so that no trace of their words stays in
+    the index: where SQLite has FTS5's ``secure-delete`` option (3.42+) it is turned on
+    first, so the deletes remove the words from the segments (not only add delete
+    markers); elsewhere :func:`finish` merges the index into one segment. Freed pages are
+    zeroed (``secure_delete``)."""
+    conn.exec_driver_sql("PRAGMA secure_delete = ON")
+    _secure_fts(conn)
+    marks = ", ".join(f":r{j}" for j in range(len(rowids)))
+    conn.execute(
+        text(f"DELETE FROM search_fts WHERE rowid IN ({marks})"),
+        {f"r{j}": r for j, r in enumerate(rowids)},
+    )
+
+
+def finish(conn: Connection, tenant: str, session_id: str, record_seq: int) -> None:
+    """The end of a purge: the search documents (Postgres; SQLite's went by
+    :func:`forget_search`) and the attachments no one names any more go, and so does its
+    ``purge_pending`` row (nothing, when another process finished it first)."""
+    row = conn.execute(
+        select(purge_pending.c.refs).where(
+            purge_pending.c.session_id == session_id, purge_pending.c.seq == record_seq
+        )
+    ).first()
+    if row is None:
+        return
+    search.index_lock(conn, tenant)
+    if conn.dialect.name == "postgresql":
+        rec = _record(conn, session_id, record_seq)
+        conn.execute(
+            text("DELETE FROM search_docs WHERE session_id = :sid AND seq BETWEEN :lo AND :hi"),
+            {"sid": session_id, "lo": rec.from_seq, "hi": rec.to_seq},
+        )
+    else:
+        conn.exec_driver_sql("PRAGMA secure_delete = ON")
+        if not _secure_fts(conn):  # an SQLite before 3.42
+            conn.execute(text("INSERT INTO search_fts(search_fts) VALUES ('optimize')"))
+    _forget_blobs(conn, tenant, set(json.loads(row.refs)))
+    conn.execute(
+        purge_pending.delete().where(
+            purge_pending.c.session_id == session_id, purge_pending.c.seq == record_seq
+        )
+    )
+
+
+def _record(conn: Connection, session_id: str, record_seq: int) -> Purge:
+    row = conn.execute(
+        select(events.c.id, events.c.created_at, events.c.payload).where(
+            events.c.session_id == session_id, events.c.seq == record_seq
+        )
+    ).one()
+    evt = decode_event("purge", row.payload, row.id, row.created_at)
+    assert isinstance(evt, Purge)
+    return evt
 
 
 def erase_fields(conn: Connection, tenant: str, session_id: str) -> None:
@@ -333,33 +507,18 @@ def erase_fields(conn: Connection, tenant: str, session_id: str) -> None:
     )
 
 
-def _forget_search(conn: Connection, session_id: str, seqs: list[int]) -> None:
-    """Delete the purged events' search documents so that no trace of their words stays
-    in the index. FTS5 deletes by appending delete markers to new segments, leaving the
-    words in the old ones until a merge: where SQLite has FTS5's ``secure-delete`` option
-    (3.42+) it is turned on first, so the deletes remove the words from the segments;
-    elsewhere the index is merged into one segment afterwards (``optimize``). Freed pages
-    are zeroed (``secure_delete``, set for the purge's connection by :func:`purge_rows`)."""
-    pg = conn.dialect.name == "postgresql"
-    table = "search_docs" if pg else "search_fts"
-    merge = False
-    if not pg:
-        try:
-            with conn.begin_nested():
-                conn.execute(
-                    text("INSERT INTO search_fts(search_fts, rank) VALUES ('secure-delete', 1)")
-                )
-        except DBAPIError:  # an SQLite before 3.42
-            merge = True
-    for i in range(0, len(seqs), 500):
-        chunk = seqs[i : i + 500]
-        marks = ", ".join(f":s{j}" for j in range(len(chunk)))
-        conn.execute(
-            text(f"DELETE FROM {table} WHERE session_id = :sid AND seq IN ({marks})"),
-            {"sid": session_id, **{f"s{j}": s for j, s in enumerate(chunk)}},
-        )
-    if merge:
-        conn.execute(text("INSERT INTO search_fts(search_fts) VALUES ('optimize')"))
+def _secure_fts(conn: Connection) -> bool:
+    """Turn on FTS5's ``secure-delete`` option, so that deletes remove the words from
+    the index's segments (not only add delete markers); False on an SQLite before 3.42,
+    where :func:`finish` merges the index into one segment instead (``optimize``)."""
+    try:
+        with conn.begin_nested():
+            conn.execute(
+                text("INSERT INTO search_fts(search_fts, rank) VALUES ('secure-delete', 1)")
+            )
+    except DBAPIError:
+        return False
+    return True
 
 
 def _forget_blobs(conn: Connection, tenant: str, refs: set[str]) -> None:
@@ -380,6 +539,7 @@ class PurgeMethods:
     """:meth:`purge`, mixed into :class:`~eventstore.EventStore`."""
 
     tenant: str
+    dialect: str
     token_counter: TokenCounter
     _run: Any
     _heads: Any
@@ -413,16 +573,66 @@ class PurgeMethods:
         if reason is not None:
             check_text("reason", reason, 10_000)
         with _sql.auditing():
-            seq, record, head, head_hash = self._run(
-                purge_rows,
+            self.complete_purges()
+            while True:  # again when another purge of the session committed meanwhile
+                plan = self._run(plan_purge, self.tenant, session_id, through_seq, reason)
+                started = self._run(
+                    start_purge,
+                    self.tenant,
+                    session_id,
+                    plan,
+                    self.token_counter,
+                    bool(session_fields),
+                    write=True,
+                )
+                if started is not None:
+                    break
+            if plan.record is None:
+                return None
+            self._heads.put(session_id, started.head, started.head_hash)
+            self._erase(
                 self.tenant,
                 session_id,
-                through_seq,
-                reason,
-                self.token_counter,
-                session_fields=bool(session_fields),
-                write=True,
+                started.record_seq,
+                plan.items,
             )
-        if record is not None:
-            self._heads.put(session_id, head, head_hash)
-        return record
+        return plan.record
+
+    def complete_purges(self) -> int:
+        """Finish the erasure of every purge a killed process left unfinished (its record
+        committed, some events not yet rewritten; ``verify`` reports them as
+        ``purge_pending``). Idempotent; runs before each purge and when a writable store
+        opens. Returns how many purges it finished."""
+        rows = self._run(pending)
+        for row in rows:
+            items = self._run(plan_rest, row.session_id, row.seq)
+            self._erase(row.tenant, row.session_id, row.seq, items)
+        return len(rows)
+
+    def _erase(self, tenant: str, session_id: str, record_seq: int, items: list[Item]) -> None:
+        """Rewrite ``items`` in short transactions, then delete the search documents and
+        finish the purge. On SQLite, whose busy handler polls, the purge rests after each
+        transaction as long as it took (100-500 ms): a waiting writer gets its turn."""
+        rest = self.dialect == "sqlite"
+        chunk: list[Item] = []
+        size = 0
+        for item in items:
+            if chunk and (len(chunk) == CHUNK or size + item[2] > CHUNK_BYTES):
+                self._turn(rest, erase, tenant, session_id, chunk)
+                chunk, size = [], 0
+            chunk.append(item)
+            size += item[2]
+        if chunk:
+            self._turn(rest, erase, tenant, session_id, chunk)
+        rowids = self._run(search_rows, session_id, record_seq)
+        for i in range(0, len(rowids), CHUNK):
+            self._turn(rest, forget_search, rowids[i : i + CHUNK])
+        self._run(finish, tenant, session_id, record_seq, write=True)
+
+    def _turn(self, rest: bool, fn: Any, *args: Any) -> None:
+        start = time.monotonic()
+        self._run(fn, *args, write=True)
+        if rest:
+            # At least SQLite's longest busy-handler sleep (100 ms): a writer that waited
+            # through this transaction wakes while the lock is free.
+            time.sleep(min(max(time.monotonic() - start, 0.1), 0.5))

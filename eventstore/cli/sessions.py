@@ -189,6 +189,12 @@ def verify_cmd(
                     f"  {r.purged} events purged (hashes bound by their purge records), "
                     f"{r.unverifiable_views} recorded views held purged content"
                 )
+            if r.purge_pending:
+                click.echo(
+                    f"  {r.purge_pending} events a purge record lists still hold their content "
+                    "(an interrupted purge: opening the store for writing, or the next purge, "
+                    "erases them)"
+                )
             for p in r.problems:
                 click.echo(f"  {p}", err=True)
         if all_:
