@@ -28,7 +28,7 @@ DEFAULT_PATHS = ("~/.claude/projects", "~/.codex/sessions", "~/.gemini/tmp")
 @click.option(
     "--format",
     "fmt",
-    type=click.Choice(["auto", "claude-code", "codex", "gemini-cli", "aider", "cline"]),
+    type=click.Choice(["auto", "claude-code", "codex", "gemini-cli", "aider", "cline", "opencode"]),
     default="auto",
     show_default=True,
     help="Only transcripts of this format (auto: every format, detected from the content).",
