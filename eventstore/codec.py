@@ -31,6 +31,7 @@ from .errors import InvalidEventError
 from .events import (
     EVENT_ADAPTER,
     Condensation,
+    Custom,
     Event,
     FilePart,
     Message,
@@ -461,6 +462,33 @@ def _payload(event: Event) -> tuple[str, int]:
     return _payload_proven(event)[:2]
 
 
+#: Whether a custom event's payload built by :func:`_custom_plain` needs no read-back parse
+#: (its ``data`` is any JSON value: only a validator added to the class could refuse it).
+_CUSTOM_PROVEN = _validates_types_only(Custom) and set(Custom.model_fields) == {
+    "id",
+    "created_at",
+    "kind",
+    "name",
+    "data",
+}
+
+
+def _custom_plain(event: Custom) -> dict[str, Any] | None:
+    """The payload data of a custom event whose name is text and whose data is plain (see
+    :func:`_sorted_plain`), keys in sorted order, as the serializer's dump would give it;
+    else None, and the general path decides."""
+    d = event.__dict__
+    try:
+        name, data = d["name"], d["data"]
+        if type(name) is not str:
+            return None
+        if data is None:
+            return {"name": name}
+        return {"data": _sorted_plain(data, 1), "name": name}
+    except (KeyError, _NotPlain):
+        return None
+
+
 def _payload_proven(event: Event) -> tuple[str, int, bool]:
     """:func:`_payload`, and whether the payload is proven to read back: a message whose
     every field held exactly its annotated type (see :func:`_message_plain`), of classes
@@ -478,6 +506,17 @@ def _payload_proven(event: Event) -> tuple[str, int, bool]:
                 proven = _READ_BACK_PROVEN and (
                     when is None or (type(when) is datetime and when.tzinfo is not None)
                 )
+                return raw.decode("utf-8"), len(raw), proven
+    if type(event) is Custom and _CUSTOM_PROVEN:
+        custom = _custom_plain(event)
+        if custom is not None:
+            try:
+                raw = _plain_json(custom)
+            except _PLAIN_JSON_REFUSED:
+                pass
+            else:
+                when = event.__dict__.get("created_at")
+                proven = when is None or (type(when) is datetime and when.tzinfo is not None)
                 return raw.decode("utf-8"), len(raw), proven
     if type(event) in _EVENT_CLASSES:
         data = event.__pydantic_serializer__.to_python(
@@ -820,7 +859,7 @@ def encode(evt: Event, counter: TokenCounter, blob_threshold: int | None = None)
             rows = []  # a sole text part of a subclass of its own: its row is implied too
         return Encoded(stored, stored.kind, payload, size, total, rows, blobs, proven, named)
     named = tuple(blob_refs(evt)) if isinstance(evt, Queued) else ()
-    payload, size = _payload(evt)
+    payload, size, proven = _payload_proven(evt)
     if isinstance(evt, Condensation):
         total = evt.summary_tokens or (counter.count(evt.summary) if evt.summary else 0)
         if evt.summary and not evt.summary_tokens:
@@ -828,7 +867,7 @@ def encode(evt: Event, counter: TokenCounter, blob_threshold: int | None = None)
             payload, size = _payload(evt)
     else:
         total = 0
-    return Encoded(evt, evt.kind, payload, size, total, [], blobs, named=named)
+    return Encoded(evt, evt.kind, payload, size, total, [], blobs, proven, named=named)
 
 
 #: Attachments moved out of a payload: none (shared by every encoding without any; never
