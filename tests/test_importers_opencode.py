@@ -291,3 +291,36 @@ def test_cli_imports_the_storage_skipping_message_and_part_files(
     assert all(r["created"] for r in rows)
     again = json.loads(CliRunner().invoke(cli, args).output)
     assert [r["status"] for r in again] == ["up to date", "up to date"]
+
+
+def test_watch_follows_messages_added_beside_the_session_file(
+    db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from eventstore.cli.watch import _Watcher
+
+    monkeypatch.delenv("EVENTSTORE_URL", raising=False)
+    copy = _copy_storage(tmp_path)
+    msgs = sorted((copy / "message" / MAIN_ID).glob("*.json"))
+    held = tmp_path / "held"
+    held.mkdir()
+    for m in msgs[6:]:
+        shutil.move(m, held / m.name)
+    args = ["--db", db_url, "--tenant", f"oc-{uuid.uuid4().hex}", "watch", "--once", "--json"]
+    first = CliRunner().invoke(cli, [*args, str(copy / "session")])
+    assert first.exit_code == 0, first.output
+    rows = [json.loads(line) for line in first.output.splitlines()]
+    assert {r["key"]: r["events"] for r in rows}[f"opencode:{MAIN_ID}"] == 11
+    again = CliRunner().invoke(cli, [*args, str(copy / "session")])
+    assert again.exit_code == 0 and again.output == ""
+    # One watcher: the session file is untouched while its messages grow.
+    store = EventStore(db_url, tenant=f"oc-{uuid.uuid4().hex}")
+    watcher = _Watcher(store, [copy / "session"], None, True)
+    watcher.one_pass()
+    session_file = _session_file(copy)
+    before = session_file.stat().st_mtime_ns
+    for m in sorted(held.iterdir()):
+        shutil.move(m, copy / "message" / MAIN_ID / m.name)
+    watcher.one_pass()
+    assert session_file.stat().st_mtime_ns == before
+    head = store.get_session_by_key(f"opencode:{MAIN_ID}").head_seq
+    assert head == 15

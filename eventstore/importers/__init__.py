@@ -52,6 +52,7 @@ from ._formats import Format, detect_format, load_transcripts
 from ._keyed import (
     AGENT_FORMATS,
     SessionImport,
+    change_stamp,
     detect_agent_format,
     import_transcript,
     transcripts_under,
@@ -68,6 +69,7 @@ __all__ = [
     "Progress",
     "SessionImport",
     "Transcript",
+    "change_stamp",
     "detect_agent_format",
     "detect_format",
     "export_jsonl",

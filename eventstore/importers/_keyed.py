@@ -51,7 +51,14 @@ from .claude_code import ClaudeCode, looks_claude_code
 from .cline import Cline, history_records, looks_cline
 from .codex import Codex, looks_codex
 from .gemini_cli import GeminiCli, json_session_records, looks_gemini, looks_gemini_header
-from .opencode import OpenCode, opencode_kind, opencode_records, session_info, storage_message_files
+from .opencode import (
+    OpenCode,
+    opencode_kind,
+    opencode_records,
+    session_info,
+    storage_message_files,
+    storage_stamp,
+)
 
 AGENT_FORMATS: dict[str, type[Converter]] = {
     "claude-code": ClaudeCode,
@@ -130,6 +137,15 @@ def detect_agent_format(path: str | Path) -> str | None:
     if looks_claude_code(records):
         return "claude-code"
     return None
+
+
+def change_stamp(path: str | Path, fmt: str) -> tuple[int, ...]:
+    """What tells that a transcript changed since it was last looked at: its size and
+    modification time, and for an OpenCode storage session the time of the files beside
+    it that its messages are added to."""
+    st = Path(path).stat()
+    extra = (storage_stamp(path),) if fmt == "opencode" and opencode_kind(path) == "storage" else ()
+    return (st.st_size, st.st_mtime_ns, *extra)
 
 
 def _records(path: Path, fmt: str, counter: list[int]) -> Iterator[tuple[int, Any] | Torn]:
@@ -364,7 +380,10 @@ def _resume_point(store: EventStore, target: _Target, file: str) -> int:
 
 
 def _content(event: Any) -> Any:
-    return event.model_dump(mode="json", exclude={"id", "created_at"}, exclude_none=True)
+    # A condensation's summary_tokens is counted by the store when the importer left it 0.
+    return event.model_dump(
+        mode="json", exclude={"id", "created_at", "summary_tokens"}, exclude_none=True
+    )
 
 
 class _Writer:
@@ -549,6 +568,7 @@ def _is_subagent_file(path: Path) -> bool:
 __all__ = [
     "AGENT_FORMATS",
     "InvalidLine",
+    "change_stamp",
     "SessionImport",
     "detect_agent_format",
     "import_transcript",

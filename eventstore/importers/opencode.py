@@ -168,6 +168,26 @@ def opencode_records(path: str | Path, counter: list[int]) -> Iterator[tuple[int
         yield (Torn(n) if _streaming(previous) else (n, previous))
 
 
+def storage_stamp(path: str | Path) -> int:
+    """When a storage session last changed: its session file stays as it is while messages
+    and parts are added beside it, so the newest of the message folder, the last message
+    and that message's part folder (a new file changes its folder's time) says it grew."""
+    p = Path(path)
+    root = p.parent.parent.parent
+    folder = root / "message" / p.stem
+    newest = 0
+    try:
+        newest = folder.stat().st_mtime_ns
+        last = max(folder.glob("*.json"), default=None)
+        if last is not None:
+            newest = max(
+                newest, last.stat().st_mtime_ns, (root / "part" / last.stem).stat().st_mtime_ns
+            )
+    except OSError:
+        pass  # not written yet, or removed meanwhile: what was found so far
+    return newest
+
+
 def _streaming(message: Any) -> bool:
     info = message.get("info") if isinstance(message, dict) else None
     if not isinstance(info, dict) or info.get("role") != "assistant":
