@@ -57,7 +57,8 @@ def watch_cmd(
     PATHS are files or directories (default: ~/.claude/projects, ~/.codex/sessions,
     ~/.gemini/tmp and ~/.local/share/opencode/storage/session, those that exist). Each
     changed transcript is brought up to date in its session (key "<format>:<session id>");
-    a row is printed for each session that got new events (--json: one JSON object per line). Stop with Ctrl-C.
+    a row is printed for each session that got new events (--json: one JSON object per
+    line). Stop with Ctrl-C.
     """
     roots = [Path(p).expanduser() for p in paths] or [
         Path(p).expanduser() for p in DEFAULT_PATHS if Path(p).expanduser().exists()
