@@ -117,6 +117,36 @@ def _sorted_plain(value: Any, depth: int = 0) -> Any:
     raise _NotPlain
 
 
+def _checked_plain(value: Any, depth: int = 0) -> Any:
+    """``value`` itself, if :func:`_sorted_plain` takes it (the same checks, without the
+    sorted copy): for a writer that puts the keys in order itself (orjson's
+    ``OPT_SORT_KEYS``, whose order on text keys, by UTF-8 bytes, is Python's by code
+    point). Anything else raises :class:`_NotPlain`."""
+    t = type(value)
+    if t is str or t is bool or value is None:
+        return value
+    if t is dict:
+        if depth > _FAST_DEPTH:
+            raise _NotPlain
+        for k, v in value.items():
+            if type(k) is not str:
+                raise _NotPlain
+            tv = type(v)
+            if not (tv is str or tv is bool or v is None):
+                _checked_plain(v, depth + 1)
+        return value
+    if t is list:
+        if depth > _FAST_DEPTH:
+            raise _NotPlain
+        for v in value:
+            if type(v) is not str:
+                _checked_plain(v, depth + 1)
+        return value
+    if t is int and -_FAST_INT <= value < _FAST_INT:
+        return value
+    raise _NotPlain
+
+
 _ROLES = frozenset(get_args(Role))
 _RESULT_STATES = frozenset(get_args(ToolResultPart.model_fields["state"].annotation))
 _REASONING_FORMATS = frozenset(get_args(ReasoningPart.model_fields["format"].annotation))
@@ -326,6 +356,18 @@ _READ_BACK_PROVEN = _MESSAGE_FIELDS_KNOWN and all(
 #: (tests hold each of them to that); both refuse a lone surrogate and deep nesting, with
 #: one of :data:`_PLAIN_JSON_REFUSED`, and the ``json.dumps`` path then decides.
 _plain_json: Callable[[Any], bytes] = orjson.dumps if orjson is not None else to_json
+
+
+def _sorted_json(value: Any) -> bytes:
+    """Plain data (see :func:`_sorted_plain`) written by :data:`_plain_json` with its keys
+    in order. orjson puts them in order itself (``OPT_SORT_KEYS``, by UTF-8 bytes, which is
+    Python's order by code point), without the sorted copy: the data is only checked.
+    Raises :class:`_NotPlain` or one of :data:`_PLAIN_JSON_REFUSED`."""
+    if orjson is not None and _plain_json is orjson.dumps:
+        return orjson.dumps(_checked_plain(value), option=orjson.OPT_SORT_KEYS)
+    return _plain_json(_sorted_plain(value))
+
+
 _PLAIN_JSON_REFUSED = (PydanticSerializationError, TypeError, RecursionError)
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -344,7 +386,7 @@ def canonical_json_bytes(value: Any) -> bytes:
     ``json.dumps`` path escapes it.
     """
     try:
-        return _plain_json(_sorted_plain(value))
+        return _sorted_json(value)
     except (_NotPlain, *_PLAIN_JSON_REFUSED):
         return canonical_json(value).encode("utf-8")
 
@@ -357,7 +399,7 @@ def canonical_json(value: Any) -> str:
     deep to encode.
     """
     try:
-        return _plain_json(_sorted_plain(value)).decode("utf-8")
+        return _sorted_json(value).decode("utf-8")
     except (_NotPlain, *_PLAIN_JSON_REFUSED):
         pass
     return _canonical_dumps(value)
@@ -462,7 +504,7 @@ def _payload(event: Event) -> tuple[str, int]:
     return _payload_proven(event)[:2]
 
 
-#: Whether a custom event's payload built by :func:`_custom_plain` needs no read-back parse
+#: Whether a custom event's payload written by :func:`_custom_json` needs no read-back parse
 #: (its ``data`` is any JSON value: only a validator added to the class could refuse it).
 _CUSTOM_PROVEN = _validates_types_only(Custom) and set(Custom.model_fields) == {
     "id",
@@ -473,19 +515,17 @@ _CUSTOM_PROVEN = _validates_types_only(Custom) and set(Custom.model_fields) == {
 }
 
 
-def _custom_plain(event: Custom) -> dict[str, Any] | None:
-    """The payload data of a custom event whose name is text and whose data is plain (see
-    :func:`_sorted_plain`), keys in sorted order, as the serializer's dump would give it;
-    else None, and the general path decides."""
+def _custom_json(event: Custom) -> bytes | None:
+    """The payload of a custom event whose name is text and whose data is plain (see
+    :func:`_sorted_plain`), as the serializer's dump written canonically would be; else
+    None, and the general path decides."""
     d = event.__dict__
     try:
         name, data = d["name"], d["data"]
         if type(name) is not str:
             return None
-        if data is None:
-            return {"name": name}
-        return {"data": _sorted_plain(data, 1), "name": name}
-    except (KeyError, _NotPlain):
+        return _sorted_json({"name": name} if data is None else {"data": data, "name": name})
+    except (KeyError, _NotPlain, *_PLAIN_JSON_REFUSED):
         return None
 
 
@@ -508,16 +548,11 @@ def _payload_proven(event: Event) -> tuple[str, int, bool]:
                 )
                 return raw.decode("utf-8"), len(raw), proven
     if type(event) is Custom and _CUSTOM_PROVEN:
-        custom = _custom_plain(event)
+        custom = _custom_json(event)
         if custom is not None:
-            try:
-                raw = _plain_json(custom)
-            except _PLAIN_JSON_REFUSED:
-                pass
-            else:
-                when = event.__dict__.get("created_at")
-                proven = when is None or (type(when) is datetime and when.tzinfo is not None)
-                return raw.decode("utf-8"), len(raw), proven
+            when = event.__dict__.get("created_at")
+            proven = when is None or (type(when) is datetime and when.tzinfo is not None)
+            return custom.decode("utf-8"), len(custom), proven
     if type(event) in _EVENT_CLASSES:
         data = event.__pydantic_serializer__.to_python(
             event, mode="json", exclude_none=True, exclude=_COLUMNS
