@@ -31,6 +31,7 @@ from .errors import InvalidEventError
 from .events import (
     EVENT_ADAPTER,
     Condensation,
+    Custom,
     Event,
     FilePart,
     Message,
@@ -111,6 +112,36 @@ def _sorted_plain(value: Any, depth: int = 0) -> Any:
         if depth > _FAST_DEPTH:
             raise _NotPlain
         return [v if type(v) is str else _sorted_plain(v, depth + 1) for v in value]
+    if t is int and -_FAST_INT <= value < _FAST_INT:
+        return value
+    raise _NotPlain
+
+
+def _checked_plain(value: Any, depth: int = 0) -> Any:
+    """``value`` itself, if :func:`_sorted_plain` takes it (the same checks, without the
+    sorted copy): for a writer that puts the keys in order itself (orjson's
+    ``OPT_SORT_KEYS``, whose order on text keys, by UTF-8 bytes, is Python's by code
+    point). Anything else raises :class:`_NotPlain`."""
+    t = type(value)
+    if t is str or t is bool or value is None:
+        return value
+    if t is dict:
+        if depth > _FAST_DEPTH:
+            raise _NotPlain
+        for k, v in value.items():
+            if type(k) is not str:
+                raise _NotPlain
+            tv = type(v)
+            if not (tv is str or tv is bool or v is None):
+                _checked_plain(v, depth + 1)
+        return value
+    if t is list:
+        if depth > _FAST_DEPTH:
+            raise _NotPlain
+        for v in value:
+            if type(v) is not str:
+                _checked_plain(v, depth + 1)
+        return value
     if t is int and -_FAST_INT <= value < _FAST_INT:
         return value
     raise _NotPlain
@@ -325,6 +356,18 @@ _READ_BACK_PROVEN = _MESSAGE_FIELDS_KNOWN and all(
 #: (tests hold each of them to that); both refuse a lone surrogate and deep nesting, with
 #: one of :data:`_PLAIN_JSON_REFUSED`, and the ``json.dumps`` path then decides.
 _plain_json: Callable[[Any], bytes] = orjson.dumps if orjson is not None else to_json
+
+
+def _sorted_json(value: Any) -> bytes:
+    """Plain data (see :func:`_sorted_plain`) written by :data:`_plain_json` with its keys
+    in order. orjson puts them in order itself (``OPT_SORT_KEYS``, by UTF-8 bytes, which is
+    Python's order by code point), without the sorted copy: the data is only checked.
+    Raises :class:`_NotPlain` or one of :data:`_PLAIN_JSON_REFUSED`."""
+    if orjson is not None and _plain_json is orjson.dumps:
+        return orjson.dumps(_checked_plain(value), option=orjson.OPT_SORT_KEYS)
+    return _plain_json(_sorted_plain(value))
+
+
 _PLAIN_JSON_REFUSED = (PydanticSerializationError, TypeError, RecursionError)
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -343,7 +386,7 @@ def canonical_json_bytes(value: Any) -> bytes:
     ``json.dumps`` path escapes it.
     """
     try:
-        return _plain_json(_sorted_plain(value))
+        return _sorted_json(value)
     except (_NotPlain, *_PLAIN_JSON_REFUSED):
         return canonical_json(value).encode("utf-8")
 
@@ -356,7 +399,7 @@ def canonical_json(value: Any) -> str:
     deep to encode.
     """
     try:
-        return _plain_json(_sorted_plain(value)).decode("utf-8")
+        return _sorted_json(value).decode("utf-8")
     except (_NotPlain, *_PLAIN_JSON_REFUSED):
         pass
     return _canonical_dumps(value)
@@ -461,6 +504,31 @@ def _payload(event: Event) -> tuple[str, int]:
     return _payload_proven(event)[:2]
 
 
+#: Whether a custom event's payload written by :func:`_custom_json` needs no read-back parse
+#: (its ``data`` is any JSON value: only a validator added to the class could refuse it).
+_CUSTOM_PROVEN = _validates_types_only(Custom) and set(Custom.model_fields) == {
+    "id",
+    "created_at",
+    "kind",
+    "name",
+    "data",
+}
+
+
+def _custom_json(event: Custom) -> bytes | None:
+    """The payload of a custom event whose name is text and whose data is plain (see
+    :func:`_sorted_plain`), as the serializer's dump written canonically would be; else
+    None, and the general path decides."""
+    d = event.__dict__
+    try:
+        name, data = d["name"], d["data"]
+        if type(name) is not str:
+            return None
+        return _sorted_json({"name": name} if data is None else {"data": data, "name": name})
+    except (KeyError, _NotPlain, *_PLAIN_JSON_REFUSED):
+        return None
+
+
 def _payload_proven(event: Event) -> tuple[str, int, bool]:
     """:func:`_payload`, and whether the payload is proven to read back: a message whose
     every field held exactly its annotated type (see :func:`_message_plain`), of classes
@@ -479,6 +547,12 @@ def _payload_proven(event: Event) -> tuple[str, int, bool]:
                     when is None or (type(when) is datetime and when.tzinfo is not None)
                 )
                 return raw.decode("utf-8"), len(raw), proven
+    if type(event) is Custom and _CUSTOM_PROVEN:
+        custom = _custom_json(event)
+        if custom is not None:
+            when = event.__dict__.get("created_at")
+            proven = when is None or (type(when) is datetime and when.tzinfo is not None)
+            return custom.decode("utf-8"), len(custom), proven
     if type(event) in _EVENT_CLASSES:
         data = event.__pydantic_serializer__.to_python(
             event, mode="json", exclude_none=True, exclude=_COLUMNS
@@ -820,7 +894,7 @@ def encode(evt: Event, counter: TokenCounter, blob_threshold: int | None = None)
             rows = []  # a sole text part of a subclass of its own: its row is implied too
         return Encoded(stored, stored.kind, payload, size, total, rows, blobs, proven, named)
     named = tuple(blob_refs(evt)) if isinstance(evt, Queued) else ()
-    payload, size = _payload(evt)
+    payload, size, proven = _payload_proven(evt)
     if isinstance(evt, Condensation):
         total = evt.summary_tokens or (counter.count(evt.summary) if evt.summary else 0)
         if evt.summary and not evt.summary_tokens:
@@ -828,7 +902,7 @@ def encode(evt: Event, counter: TokenCounter, blob_threshold: int | None = None)
             payload, size = _payload(evt)
     else:
         total = 0
-    return Encoded(evt, evt.kind, payload, size, total, [], blobs, named=named)
+    return Encoded(evt, evt.kind, payload, size, total, [], blobs, proven, named=named)
 
 
 #: Attachments moved out of a payload: none (shared by every encoding without any; never

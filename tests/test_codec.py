@@ -388,3 +388,43 @@ def test_the_writer_refuses_what_the_reference_path_must_write(plain_encoder: st
         codec._plain_json({"out": "bad \udc80 byte"})
     value = {"out": "bad \udc80 byte", "n": 1}
     assert canonical_json(value) == '{"n":1,"out":"bad \\udc80 byte"}'
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        {"b": [1, "é\n", {"z": None, "a": True}], "a": "x", "n": -(2**63)},
+        "just text",
+        None,
+        {"f": 0.00001},  # a float: the general path writes it
+        {"big": 2**70},
+        {"s": "\ud800"},  # a lone surrogate: the general path escapes it
+    ],
+)
+def test_a_custom_event_is_encoded_exactly_as_the_general_path_writes_it(data: Any) -> None:
+    from eventstore import Custom
+    from eventstore.codec import EVENT_ADAPTER, canonical_json, encode
+    from eventstore.tokens import HeuristicTokenCounter
+
+    evt = Custom(name="tool.log", data=data, created_at=datetime(2026, 1, 2, tzinfo=UTC))
+    enc = encode(evt, HeuristicTokenCounter())
+    dumped = EVENT_ADAPTER.dump_python(
+        evt, mode="json", exclude_none=True, exclude={"id", "created_at", "kind"}
+    )
+    assert enc.payload == canonical_json(dumped)
+    plain = not isinstance(data, dict) or not any(k in data for k in ("f", "big", "s"))
+    assert enc.proven is plain  # only plain data skips the read-back parse
+
+
+def test_a_custom_event_the_store_cannot_keep_is_still_refused(tmp_path: Any) -> None:
+    from eventstore import Custom, EventStore, InvalidEventError
+
+    store = EventStore(f"sqlite:///{tmp_path / 'c.db'}")
+    sid = store.create_session().id
+    deep: Any = "leaf"
+    for _ in range(250):
+        deep = {"d": deep}
+    for data in ({"\ud800": 1}, {"x": float("nan")}, deep):
+        with pytest.raises(InvalidEventError):
+            store.append(sid, [Custom(name="bad", data=data)])
+    assert store.get_session(sid).head_seq == 0

@@ -15,7 +15,7 @@ from pydantic_core import PydanticSerializationError
 from .._checks import MAX_COLUMN_INT, check_event, check_kind, describe_error
 from ..codec import Encoded, blob_refs, check_text, encode, encode_plain, format_ts, read_back
 from ..errors import InvalidEventError, PayloadTooLargeError
-from ..events import EMPTY_ASSISTANT, EVENT_ADAPTER, Event, Message, Queued, empty_assistant
+from ..events import EMPTY_ASSISTANT, EVENT_ADAPTER, Custom, Event, Message, Queued, empty_assistant
 from ..tokens import TokenCounter
 
 __all__ = ["check_batch", "encode_one", "encode_all", "Encoding", "names_blobs"]
@@ -37,10 +37,12 @@ def encode_one(
 ) -> Encoded:
     """``events[i]`` validated, checked and encoded, or :class:`InvalidEventError` /
     :class:`PayloadTooLargeError` naming it."""
-    # A message with no free-form field set is checked after it is encoded, and only if
-    # the payload is not proven (see Encoded.proven): a proven payload holds nothing but
-    # text and the four plain part classes, where check_event looks at nothing. Its
-    # refusal still comes first whenever it has one (check_event has no side effects).
+    # A message or custom event is checked after it is encoded, and only if the payload
+    # is not proven (see Encoded.proven): a proven payload holds nothing but text, the
+    # four plain part classes and plain free-form data (no float, no lone surrogate, no
+    # key that is not text, nesting within check_event's limit), where check_event finds
+    # nothing to refuse. Its refusal still comes first whenever it has one (check_event
+    # has no side effects).
     late = False
     if isinstance(evt, Message) and empty_assistant(evt):
         raise InvalidEventError(f"events[{i}]: {EMPTY_ASSISTANT}")
@@ -49,8 +51,10 @@ def encode_one(
         if plain is not None:  # nothing of its own to check but its size and count
             return _within_limits(plain, i, max_event_bytes)
         checked = False
-        fields = evt.__dict__
-        late = fields.get("provider_metadata") is None and fields.get("extra") is None
+        late = True
+    elif type(evt) is Custom:
+        checked = False
+        late = True
     elif isinstance(evt, dict):
         try:
             evt = EVENT_ADAPTER.validate_python(evt)

@@ -290,7 +290,7 @@ def export_cmd(state: State, session: str, fmt: str, output: str | None, as_json
         click.echo(f"wrote {count} {unit} to {output}", err=True)
 
 
-_AGENT_FORMATS = ("claude-code", "codex", "gemini-cli", "aider", "cline")
+_AGENT_FORMATS = ("claude-code", "codex", "gemini-cli", "aider", "cline", "opencode")
 _FILE_FORMATS = ("jsonl", "openai", "swe-agent", "mini-swe-agent", "openhands", "openhands-v1")
 
 

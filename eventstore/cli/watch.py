@@ -19,7 +19,12 @@ import click
 
 from .root import State, cli, db_option, fail, json_option, pass_state
 
-DEFAULT_PATHS = ("~/.claude/projects", "~/.codex/sessions", "~/.gemini/tmp")
+DEFAULT_PATHS = (
+    "~/.claude/projects",
+    "~/.codex/sessions",
+    "~/.gemini/tmp",
+    "~/.local/share/opencode/storage/session",
+)
 """Where Claude Code, Codex CLI and Gemini CLI keep their sessions."""
 
 
@@ -28,7 +33,7 @@ DEFAULT_PATHS = ("~/.claude/projects", "~/.codex/sessions", "~/.gemini/tmp")
 @click.option(
     "--format",
     "fmt",
-    type=click.Choice(["auto", "claude-code", "codex", "gemini-cli", "aider", "cline"]),
+    type=click.Choice(["auto", "claude-code", "codex", "gemini-cli", "aider", "cline", "opencode"]),
     default="auto",
     show_default=True,
     help="Only transcripts of this format (auto: every format, detected from the content).",
@@ -49,10 +54,11 @@ def watch_cmd(
 ) -> None:
     """Import coding-agent transcripts under PATHS and keep importing what they append.
 
-    PATHS are files or directories (default: ~/.claude/projects, ~/.codex/sessions and
-    ~/.gemini/tmp, those that exist). Each changed transcript is brought up to date in its
-    session (key "<format>:<session id>"); a row is printed for each session that got new
-    events (--json: one JSON object per line). Stop with Ctrl-C.
+    PATHS are files or directories (default: ~/.claude/projects, ~/.codex/sessions,
+    ~/.gemini/tmp and ~/.local/share/opencode/storage/session, those that exist). Each
+    changed transcript is brought up to date in its session (key "<format>:<session id>");
+    a row is printed for each session that got new events (--json: one JSON object per
+    line). Stop with Ctrl-C.
     """
     roots = [Path(p).expanduser() for p in paths] or [
         Path(p).expanduser() for p in DEFAULT_PATHS if Path(p).expanduser().exists()
@@ -83,7 +89,7 @@ def watch_cmd(
 class _Watcher:
     def __init__(self, store: Any, roots: list[Path], fmt: str | None, as_json: bool) -> None:
         self.store, self.roots, self.fmt, self.as_json = store, roots, fmt, as_json
-        self.seen: dict[Path, tuple[int, int]] = {}  # size and mtime at the last pass
+        self.seen: dict[Path, tuple[int, ...]] = {}  # change stamp at the last pass
         self.formats: dict[Path, str | None] = {}
         self.failed = 0
 
@@ -96,20 +102,26 @@ class _Watcher:
         return out
 
     def one_pass(self) -> None:
-        from eventstore.importers import ImportFormatError, detect_agent_format, import_transcript
+        from eventstore.importers import (
+            ImportFormatError,
+            change_stamp,
+            detect_agent_format,
+            import_transcript,
+        )
 
         self.failed = 0
         for path in self.files():
             try:
-                st = path.stat()
+                stamp = change_stamp(path, self.formats.get(path) or "")
             except OSError:
                 continue  # removed meanwhile
-            stamp = (st.st_size, st.st_mtime_ns)
             if self.seen.get(path) == stamp:
                 continue
             found = self.formats.get(path)
             if found is None:
                 found = self.formats[path] = detect_agent_format(path)
+                if found == "opencode":
+                    stamp = change_stamp(path, found)
             if found is None or (self.fmt is not None and found != self.fmt):
                 self.seen[path] = stamp
                 if found is None:

@@ -35,7 +35,8 @@ Formats (see :func:`detect_format`):
     ``MessageEvent``, ...): a list, JSONL, an object with ``events``, or evaluation output
     with one run's ``history`` per record.
 
-Coding-agent transcripts (``claude-code``, ``codex``, ``gemini-cli``) are sessions that keep
+Coding-agent transcripts (``claude-code``, ``codex``, ``gemini-cli``, ``aider``, ``cline``,
+``opencode``) are sessions that keep
 growing on disk: :func:`import_transcript` streams one into the session named by its key
 ``"<format>:<source session id>"``, appending only what the store does not hold yet (see
 :mod:`eventstore.importers.claude_code`, :mod:`~eventstore.importers.codex` and
@@ -51,6 +52,7 @@ from ._formats import Format, detect_format, load_transcripts
 from ._keyed import (
     AGENT_FORMATS,
     SessionImport,
+    change_stamp,
     detect_agent_format,
     import_transcript,
     transcripts_under,
@@ -69,6 +71,7 @@ __all__ = [
     "Progress",
     "SessionImport",
     "Transcript",
+    "change_stamp",
     "detect_agent_format",
     "detect_format",
     "export_jsonl",

@@ -160,9 +160,13 @@ def with_source(event: Event, file: str, line: int, upto: int) -> Event:
     """``event`` carrying its source position (see the module docstring)."""
     src = {"file": file, "line": line, "upto": upto}
     if isinstance(event, Message):
-        meta = event.provider_metadata if event.provider_metadata is not None else {}
-        meta[SOURCE_KEY] = src
-        event.provider_metadata = meta
+        meta = event.provider_metadata
+        if meta is None:
+            event.provider_metadata = {SOURCE_KEY: src}
+        else:
+            # In place: assigning a field goes through the model's __setattr__, which costs
+            # more than building the message did.
+            meta[SOURCE_KEY] = src
     elif isinstance(event, Custom):
         if isinstance(event.data, dict):
             event.data[SOURCE_KEY] = src

@@ -33,6 +33,7 @@ Format = Literal[
     "gemini-cli",
     "aider",
     "cline",
+    "opencode",
 ]
 
 FILE_FORMATS = ("eventstore", "openai", "swe-agent", "openhands", "openhands-v1", "mini-swe-agent")
@@ -116,9 +117,9 @@ def load_transcripts(path: str | Path, format: Format | None = None) -> list[Tra
 
 def _load_transcripts(path: str | Path, format: Format | None) -> list[Transcript]:
     fmt = format or detect_format(path)
-    if fmt in ("claude-code", "codex", "gemini-cli", "aider", "cline"):
-        from ._keyed import convert_transcript
+    from ._keyed import AGENT_FORMATS, convert_transcript
 
+    if fmt in AGENT_FORMATS:
         return convert_transcript(path, fmt)
     loaded = load_file(path)
     if fmt == "eventstore":

@@ -1,4 +1,5 @@
-"""Keyed, resumable import of coding-agent transcripts (Claude Code, Codex CLI, Gemini CLI).
+"""Keyed, resumable import of coding-agent transcripts (Claude Code, Codex CLI, Gemini CLI,
+aider, Cline, OpenCode).
 
 A transcript is one agent session that keeps growing on disk. Its session in the store is
 found by key, ``"<format>:<source session id>"``, so importing the same file again finds it.
@@ -50,6 +51,14 @@ from .claude_code import ClaudeCode, looks_claude_code
 from .cline import Cline, history_records, looks_cline
 from .codex import Codex, looks_codex
 from .gemini_cli import GeminiCli, json_session_records, looks_gemini, looks_gemini_header
+from .opencode import (
+    OpenCode,
+    opencode_kind,
+    opencode_records,
+    session_info,
+    storage_message_files,
+    storage_stamp,
+)
 
 AGENT_FORMATS: dict[str, type[Converter]] = {
     "claude-code": ClaudeCode,
@@ -57,6 +66,7 @@ AGENT_FORMATS: dict[str, type[Converter]] = {
     "gemini-cli": GeminiCli,
     "aider": Aider,
     "cline": Cline,
+    "opencode": OpenCode,
 }
 """The coding-agent formats, by name."""
 
@@ -106,6 +116,8 @@ def detect_agent_format(path: str | Path) -> str | None:
         return "aider" if looks_aider(p) else None
     if looks_cline(p):
         return "cline"
+    if opencode_kind(p) is not None:
+        return "opencode"
     if p.suffix == ".json":
         try:
             next(json_session_records(p))
@@ -127,6 +139,15 @@ def detect_agent_format(path: str | Path) -> str | None:
     return None
 
 
+def change_stamp(path: str | Path, fmt: str) -> tuple[int, ...]:
+    """What tells that a transcript changed since it was last looked at: its size and
+    modification time, and for an OpenCode storage session the time of the files beside
+    it that its messages are added to."""
+    st = Path(path).stat()
+    extra = (storage_stamp(path),) if fmt == "opencode" and opencode_kind(path) == "storage" else ()
+    return (st.st_size, st.st_mtime_ns, *extra)
+
+
 def _records(path: Path, fmt: str, counter: list[int]) -> Iterator[tuple[int, Any] | Torn]:
     if fmt == "aider":
         yield from read_lines(path, counter)
@@ -134,6 +155,9 @@ def _records(path: Path, fmt: str, counter: list[int]) -> Iterator[tuple[int, An
     if fmt == "cline":
         counter[0] = path.stat().st_size
         yield from history_records(path)
+        return
+    if fmt == "opencode":
+        yield from opencode_records(path, counter)
         return
     if fmt == "gemini-cli" and _is_single_json(path):
         counter[0] = path.stat().st_size
@@ -155,6 +179,8 @@ def _first_time(path: Path) -> datetime | None:
     events keep the transcript's times rather than the time of the import."""
     if path.suffix == ".md":
         return first_header_time(path)
+    if opencode_kind(path) is not None:
+        return None  # the converter takes the session's own creation time
     if path.name == "api_conversation_history.json":
         for _, rec in history_records(path):
             ts = rec.get("ts") if isinstance(rec, dict) else None
@@ -175,6 +201,8 @@ def _peek_source_id(path: Path, fmt: str) -> str:
         return path_digest(path)
     if fmt == "cline":
         return path.parent.name
+    if fmt == "opencode":
+        return str(session_info(path)["id"])
     if fmt == "gemini-cli" and _is_single_json(path):
         header = next(json_session_records(path))[1]
         return str(header["sessionId"])
@@ -273,7 +301,7 @@ def import_transcript(
                 targets[sub["name"]] = _Target(child, sub["name"])
                 resume = max(resume, _resume_point(store, targets[sub["name"]], p.name))
     conv = AGENT_FORMATS[fmt](p, resume=resume)
-    conv.when = _first_time(p)
+    conv.when = _first_time(p) or conv.when
     total = p.stat().st_size
     counter = [0]
     pending: int | None = None
@@ -300,7 +328,7 @@ def convert_transcript(path: str | Path, fmt: str) -> list[Transcript]:
     then one transcript per subagent (for inspection and tests)."""
     p = Path(path)
     conv = AGENT_FORMATS[fmt](p)
-    conv.when = _first_time(p)
+    conv.when = _first_time(p) or conv.when
     items: list[Item] = []
     for rec in _records(p, fmt, [0]):
         if isinstance(rec, Torn):
@@ -352,7 +380,10 @@ def _resume_point(store: EventStore, target: _Target, file: str) -> int:
 
 
 def _content(event: Any) -> Any:
-    return event.model_dump(mode="json", exclude={"id", "created_at"}, exclude_none=True)
+    # A condensation's summary_tokens is counted by the store when the importer left it 0.
+    return event.model_dump(
+        mode="json", exclude={"id", "created_at", "summary_tokens"}, exclude_none=True
+    )
 
 
 class _Writer:
@@ -520,6 +551,7 @@ def transcripts_under(root: str | Path) -> list[Path]:
         p
         for p in Path(root).rglob("*")
         if p.is_file()
+        and not storage_message_files(p)
         and (p.suffix in (".jsonl", ".json") or (p.suffix == ".md" and _history_name(p.name)))
     ]
     return sorted(found, key=lambda p: (_is_subagent_file(p), str(p)))
@@ -536,6 +568,7 @@ def _is_subagent_file(path: Path) -> bool:
 __all__ = [
     "AGENT_FORMATS",
     "InvalidLine",
+    "change_stamp",
     "SessionImport",
     "detect_agent_format",
     "import_transcript",

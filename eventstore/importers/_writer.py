@@ -337,9 +337,9 @@ def import_file(
     """
     with nesting_guard(str(path)):
         fmt = format or detect_format(path)
-        if fmt in ("claude-code", "codex", "gemini-cli", "aider", "cline"):
-            from ._keyed import import_transcript
+        from ._keyed import AGENT_FORMATS, import_transcript
 
+        if fmt in AGENT_FORMATS:
             done = import_transcript(store, path, fmt, batch_size=max(batch_size, 1))
             return [store.get_session(r.session_id) for r in done]
         transcripts = load_transcripts(path, fmt)
