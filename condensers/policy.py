@@ -28,10 +28,11 @@ A circuit breaker stops automatic (threshold and count) condensation after
 ``max_failures`` consecutive runs that left the view over the budget (or raised), and
 records a ``condenser.circuit_open`` event. A run that found nothing worth writing while
 the view fits is not a failure, and neither is one left over the budget by a newest message
-group that does not fit beside the pinned head (the next turn lets it be forgotten). Manual requests and overflows still run, and a
-successful run closes the breaker again. The breaker re-arms for one automatic attempt
-(half-open) once ``regrow`` of the budget is new since it opened, or after
-``retry_after_events`` events when that is set; if the attempt fails the wait restarts.
+group that does not fit beside the pinned head (the next turn lets it be forgotten).
+Manual requests and overflows still run, and a successful run closes the breaker again.
+The breaker re-arms for one automatic attempt (half-open) once ``regrow`` of the budget is
+new since it opened, or after ``retry_after_events`` events when that is set; if the
+attempt fails the wait restarts.
 
 The breaker's state lives in the log, not in the policy object: each failed automatic run
 appends ``condenser.circuit_failure`` (the count so far), the run that trips it
