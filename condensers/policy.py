@@ -27,10 +27,12 @@ rather than push a view that could fit over the budget.
 A circuit breaker stops automatic (threshold and count) condensation after
 ``max_failures`` consecutive runs that left the view over the budget (or raised), and
 records a ``condenser.circuit_open`` event. A run that found nothing worth writing while
-the view fits is not a failure. Manual requests and overflows still run, and a
-successful run closes the breaker again. The breaker re-arms for one automatic attempt
-(half-open) once ``regrow`` of the budget is new since it opened, or after
-``retry_after_events`` events when that is set; if the attempt fails the wait restarts.
+the view fits is not a failure, and neither is one left over the budget by a newest message
+group that does not fit beside the pinned head (the next turn lets it be forgotten).
+Manual requests and overflows still run, and a successful run closes the breaker again.
+The breaker re-arms for one automatic attempt (half-open) once ``regrow`` of the budget is
+new since it opened, or after ``retry_after_events`` events when that is set; if the
+attempt fails the wait restarts.
 
 The breaker's state lives in the log, not in the policy object: each failed automatic run
 appends ``condenser.circuit_failure`` (the count so far), the run that trips it
@@ -54,7 +56,7 @@ from typing import TYPE_CHECKING, Any
 
 from eventstore import llm
 from eventstore.errors import ConfigurationError, ConflictError
-from eventstore.events import CondensationRequest, Custom, Event, LLMCall
+from eventstore.events import CondensationRequest, Custom, Event, LLMCall, Message
 from eventstore.tokens import HeuristicTokenCounter, TiktokenCounter, TokenCounter, message_tokens
 from eventstore.views import llm_call_events
 
@@ -528,8 +530,20 @@ class CondensationPolicy:
     # -- breaker and requests
 
     def _verdict(self, d: Decision, out: Outcome) -> str:
-        """``failed``, ``ok``, or ``lost_race``: a run that re-planned after losing a race
-        and found nothing left to do (the winner did it) is neither."""
+        """``failed``, ``ok``, ``lost_race`` or ``unfit``: a run that re-planned after
+        losing a race and found nothing left to do (the winner did it) is neither failed
+        nor ok, and so is a run left over the budget by what no condensation may drop.
+
+        A newest message group that, with the pinned head, is over the budget although
+        the head alone fits is not the condenser's failure, and it passes with the next
+        turn: counting it would open the breaker, and the view would then stay over the
+        budget for the turns after it, when forgetting that group would make it fit. A
+        head over the budget by itself stays a failure (it does not pass).
+        """
+        if out.error is None and not out.fits and out.view is not None:
+            head = floor_tokens(out.view, newest=False)
+            if head <= out.available < floor_tokens(out.view):
+                return "unfit"
         if out.error is not None or not out.fits:
             return "failed"
         if d.trigger in ("threshold", "count") and not out.condensed and out.conflicts:
@@ -630,6 +644,28 @@ def fitted_message(out: Outcome) -> str:
         f"the view fits ({out.tokens_after:,} tokens of {out.available:,} available) after "
         f"{done}; nothing more could be forgotten"
     )
+
+
+def floor_tokens(view: View, *, newest: bool = True) -> int:
+    """Tokens of what no condensation may drop from ``view``: the pinned head and (with
+    ``newest``) the newest message group, from the newest assistant message on, with the
+    view's extra tokens."""
+    items = view.items
+    if not newest:
+        return sum(i.tokens for i in items if i.pinned) + view.extra_tokens
+    start = max(
+        (
+            k
+            for k, item in enumerate(items)
+            if not item.pinned
+            and isinstance(item.stored.event, Message)
+            and item.stored.event.role == "assistant"
+        ),
+        default=len(items),
+    )
+    kept = sum(i.tokens for i in items if i.pinned)
+    kept += sum(i.tokens for i in items[start:] if not i.pinned)
+    return kept + view.extra_tokens
 
 
 def grown_since(view: View, seq: int) -> int:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from eventstore.errors import ConfigurationError
 from eventstore.events import Message, ToolResultPart
+from eventstore.tokens import MESSAGE_OVERHEAD
 
 from .base import (
     PlanContext,
@@ -209,6 +210,54 @@ class WindowCondenser:
         room = self.max_interactions - self.preserved_count(view, prev, bool(fresh))
         return max(len(starts) - max(room, 0), 0)
 
+    def _refit(
+        self,
+        view: View,
+        budget: Budget,
+        ctx: PlanContext,
+        settings: dict[str, Any],
+        started: float,
+    ) -> Proposal | None:
+        """The same forgotten range again with the shown summary cut to the room, when
+        nothing more can be forgotten and the summary alone holds the view over the budget
+        (a large newest message after the pinned head); the summary is left out when not
+        a line of it fits. The whole summary is carried, so the next condensation builds
+        on every fact, and ``search_history`` still finds what it named.
+
+        ``None`` when the view fits, has no summary, or is over the budget without it (the
+        pinned head and the newest group alone: :class:`~condensers.HeadTruncator`'s case).
+        """
+        prev = previous_condensation(view)
+        if prev is None or not prev.summary or view.tokens <= budget.available:
+            return None
+        room = summary_room(view, 0, budget, ctx)
+        framing = MESSAGE_OVERHEAD + ctx.token_counter.count(view.options.summary_prefix)
+        if room + framing < 0:
+            return None
+        shown = fit_summary(prev.summary, room, ctx.token_counter) if room > 0 else None
+        whole = prev.carried or prev.summary
+        extra = {"carried": whole} if shown != whole else {}
+        evt, after = condensation_for(
+            view,
+            0,
+            summary=shown,
+            condenser=self.name,
+            settings={**settings, "refit": True},
+            ctx=ctx,
+            cost=0.0,
+            **extra,
+        )
+        if after >= view.tokens:
+            return None
+        return Proposal(
+            event=evt,
+            condenser=self.name,
+            tokens_before=view.tokens,
+            tokens_after=after,
+            view_seq=view.seq,
+            latency_ms=(time.perf_counter() - started) * 1000,
+        )
+
     def plan(self, view: View, budget: Budget, ctx: PlanContext) -> Proposal | None:
         started = time.perf_counter()
         over = self.over_by(view)
@@ -230,13 +279,13 @@ class WindowCondenser:
         kept_preserved = self.preserved_count(view, prev, len(preserved) > 0)
         if over:
             forget = max(forget, starts[over])
-        if forget < self.min_forget_events:
-            return None
         removed = sum(1 for k in starts if k < forget)
         settings = {
             **self.settings(),
             "window_stats": _stats(view, prev, tail, forget, removed, starts, kept_preserved),
         }
+        if forget < self.min_forget_events:
+            return self._refit(view, budget, ctx, settings, started)
         previously = prev.forgotten_events if prev is not None else 0
         # Count the events the new range holds (messages and bookkeeping alike).
         evt, after = condensation_for(

@@ -15,6 +15,7 @@ from condensers import CondensationPolicy
 from condensers.policy import CIRCUIT_FAILURE, CIRCUIT_OPEN, REQUEST_DECLINED
 from eventstore import Condensation, CondensationRequest, EventStore, Message
 from eventstore.budget import Budget
+from eventstore.tokens import MESSAGE_OVERHEAD
 
 
 def _budget(n: int = 8000) -> Budget:
@@ -172,3 +173,62 @@ def test_a_run_that_leaves_the_view_fitting_is_not_a_failure(store: EventStore) 
     out = policy.maybe_condense(store, sid)
     assert out.trigger == "threshold" and not out.condensed and out.fits
     assert _customs(store, sid, CIRCUIT_FAILURE) == [] and not policy.is_open(sid)
+
+
+def _summarized(store: EventStore, budget: Budget) -> str:
+    """A session condensed once: a pinned head, a summary, and a short newest group."""
+    sid = store.create_session().id
+    store.append(sid, [Message.system("You are helpful."), Message.user("fix the parser")])
+    for i in range(40):
+        store.append(
+            sid,
+            [
+                Message.assistant(f"step {i}: editing src/mod_{i}.py " + "ok " * 60),
+                Message.user(f"ValueError: bad token {i} in src/mod_{i}.py " + "out " * 120),
+            ],
+        )
+    policy = CondensationPolicy(budget, token_counter=store.token_counter)
+    assert policy.maybe_condense(store, sid).condensed
+    assert store.view(sid).summary_tokens > 0
+    return sid
+
+
+def test_a_newest_group_too_large_for_the_budget_does_not_open_the_breaker(
+    store: EventStore,
+) -> None:
+    """The head fits, the newest group with it does not: that passes with the next turn, so
+    it is no failure, and the turn after it condenses at once."""
+    budget = _budget()
+    sid = _summarized(store, budget)
+    policy = CondensationPolicy(budget, max_failures=2, token_counter=store.token_counter)
+    for _ in range(3):
+        store.append(sid, [Message.assistant("write file " + "line " * 9000)])
+        out = policy.maybe_condense(store, sid)
+        assert out.trigger == "threshold" and not out.fits
+    assert not _customs(store, sid, CIRCUIT_FAILURE) and not _customs(store, sid, CIRCUIT_OPEN)
+    store.append(sid, [Message.user("done"), Message.assistant("next")])
+    out = policy.maybe_condense(store, sid)
+    assert out.trigger == "threshold" and out.fits
+    assert store.view(sid).tokens <= budget.available
+
+
+def test_a_summary_that_alone_holds_the_view_over_the_budget_is_cut(store: EventStore) -> None:
+    """Nothing more can be forgotten, and the head with the newest group fits with less
+    to spare than the summary message's own framing: the summary is left out (or cut) so
+    that the view fits, and its whole text is carried for the next condensation."""
+    budget = _budget()
+    sid = _summarized(store, budget)
+    before = store.view(sid)
+    pinned = sum(i.tokens for i in before.items if i.pinned)
+    # The newest message leaves the view 3 tokens under the budget without any summary.
+    size = budget.available - 3 - pinned - MESSAGE_OVERHEAD
+    text = "write file " + "line " * size
+    store.append(sid, [Message.assistant(text[: size * 4])])
+    assert store.view(sid).tokens > budget.available
+    out = CondensationPolicy(budget, token_counter=store.token_counter).maybe_condense(store, sid)
+    after = store.view(sid)
+    assert out.condensed and out.fits and after.tokens == budget.available - 3
+    assert after.summary_tokens == 0
+    cond = after.condensation
+    assert cond is not None and "src/mod_0.py" in (cond.event.carried or "")  # type: ignore[union-attr]
+    assert after.to_messages()[-1]["content"].startswith("write file")
