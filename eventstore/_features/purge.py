@@ -431,8 +431,8 @@ def forget_search(conn: Connection, rowids: Sequence[int]) -> None:
     """SQLite: delete search documents by rowid so that no trace of their words stays in
     the index: where SQLite has FTS5's ``secure-delete`` option (3.42+) it is turned on
     first, so the deletes remove the words from the segments (not only add delete
-    markers); elsewhere :func:`finish` merges the index into one segment. Freed pages are
-    zeroed (``secure_delete``)."""
+    markers); elsewhere :func:`merge_search` merges the index into one segment. Freed
+    pages are zeroed (``secure_delete``)."""
     conn.exec_driver_sql("PRAGMA secure_delete = ON")
     _secure_fts(conn)
     marks = ", ".join(f":r{j}" for j in range(len(rowids)))
@@ -440,6 +440,28 @@ def forget_search(conn: Connection, rowids: Sequence[int]) -> None:
         text(f"DELETE FROM search_fts WHERE rowid IN ({marks})"),
         {f"r{j}": r for j, r in enumerate(rowids)},
     )
+
+
+MERGE_PAGES = 500
+
+
+def merge_search(conn: Connection) -> bool:
+    """SQLite before 3.42 (no ``secure-delete``): one step of merging the search index into
+    a single segment, which leaves out the words of deleted documents (``optimize`` does
+    the same in one transaction, seconds on a large index, while every other writer
+    waits). True while there is more to merge: FTS5 writes fewer than two rows once the
+    index is one segment. False at once where deletes already removed the words."""
+    conn.exec_driver_sql("PRAGMA secure_delete = ON")
+    if _secure_fts(conn):
+        return False
+    # total_changes is the connection's running count, across transactions.
+    before = conn.exec_driver_sql("SELECT total_changes()").scalar_one()
+    conn.execute(
+        text("INSERT INTO search_fts(search_fts, rank) VALUES ('merge', :n)"),
+        {"n": -MERGE_PAGES},
+    )
+    after = conn.exec_driver_sql("SELECT total_changes()").scalar_one()
+    return bool(after - before >= 2)
 
 
 def finish(conn: Connection, tenant: str, session_id: str, record_seq: int) -> None:
@@ -462,8 +484,6 @@ def finish(conn: Connection, tenant: str, session_id: str, record_seq: int) -> N
         )
     else:
         conn.exec_driver_sql("PRAGMA secure_delete = ON")
-        if not _secure_fts(conn):  # an SQLite before 3.42
-            conn.execute(text("INSERT INTO search_fts(search_fts) VALUES ('optimize')"))
     _forget_blobs(conn, tenant, set(json.loads(row.refs)))
     conn.execute(
         purge_pending.delete().where(
@@ -510,7 +530,7 @@ def erase_fields(conn: Connection, tenant: str, session_id: str) -> None:
 def _secure_fts(conn: Connection) -> bool:
     """Turn on FTS5's ``secure-delete`` option, so that deletes remove the words from
     the index's segments (not only add delete markers); False on an SQLite before 3.42,
-    where :func:`finish` merges the index into one segment instead (``optimize``)."""
+    where :func:`merge_search` merges the index into one segment instead."""
     try:
         with conn.begin_nested():
             conn.execute(
@@ -627,12 +647,16 @@ class PurgeMethods:
         rowids = self._run(search_rows, session_id, record_seq)
         for i in range(0, len(rowids), CHUNK):
             self._turn(rest, forget_search, rowids[i : i + CHUNK])
+        if rest:
+            while self._turn(rest, merge_search):
+                pass
         self._run(finish, tenant, session_id, record_seq, write=True)
 
-    def _turn(self, rest: bool, fn: Any, *args: Any) -> None:
+    def _turn(self, rest: bool, fn: Any, *args: Any) -> Any:
         start = time.monotonic()
-        self._run(fn, *args, write=True)
+        done = self._run(fn, *args, write=True)
         if rest:
             # At least SQLite's longest busy-handler sleep (100 ms): a writer that waited
             # through this transaction wakes while the lock is free.
             time.sleep(min(max(time.monotonic() - start, 0.1), 0.5))
+        return done
