@@ -55,6 +55,7 @@ SESSION_TABLES: tuple[tuple[str, str], ...] = (
     ("fork_compactions", "session_id"),
     ("feed_pending", "session_id"),
     ("search_docs", "session_id"),
+    ("purge_pending", "session_id"),
 )
 
 #: Tenant-wide tables that grow with use: distributed by their own key, each on its own.
@@ -65,7 +66,7 @@ _KEYED_TABLES: tuple[tuple[str, str], ...] = (
 )
 
 #: Small global tables: a copy on every node.
-_REFERENCE_TABLES = ("search_progress", "feed_cursor", "purge_pending", "alembic_version")
+_REFERENCE_TABLES = ("search_progress", "feed_cursor", "alembic_version")
 
 _PARTITIONED = ("events", "parts")
 _PARTITION_NAME = re.compile(r"^(events|parts)_p\d+$")
