@@ -818,6 +818,7 @@ class AsyncEventStore:
     get_session_by_key = awaitable(EventStore.get_session_by_key)
     delete_session = awaitable(EventStore.delete_session)
     purge = awaitable(EventStore.purge)
+    complete_purges = awaitable(EventStore.complete_purges)
     get_event = awaitable(EventStore.get_event)
     find_event = awaitable(EventStore.find_event)
     read_tail = awaitable(EventStore.read_tail)
