@@ -237,26 +237,7 @@ class WindowCondenser:
         shown = fit_summary(prev.summary, room, ctx.token_counter) if room > 0 else None
         whole = prev.carried or prev.summary
         extra = {"carried": whole} if shown != whole else {}
-        evt, after = condensation_for(
-            view,
-            0,
-            summary=shown,
-            condenser=self.name,
-            settings={**settings, "refit": True},
-            ctx=ctx,
-            cost=0.0,
-            **extra,
-        )
-        if after >= view.tokens:
-            return None
-        return Proposal(
-            event=evt,
-            condenser=self.name,
-            tokens_before=view.tokens,
-            tokens_after=after,
-            view_seq=view.seq,
-            latency_ms=(time.perf_counter() - started) * 1000,
-        )
+        return self._proposal(view, 0, shown, {**settings, "refit": True}, ctx, started, extra)
 
     def plan(self, view: View, budget: Budget, ctx: PlanContext) -> Proposal | None:
         started = time.perf_counter()
@@ -322,6 +303,20 @@ class WindowCondenser:
         whole = _carry(whole_base, total, self.note)
         summary = fit_summary(_carry(shown_base, total, self.note), room, ctx.token_counter)
         extra = {"carried": whole} if summary != whole else {}
+        return self._proposal(view, forget, summary, settings, ctx, started, extra)
+
+    def _proposal(
+        self,
+        view: View,
+        forget: int,
+        summary: str | None,
+        settings: dict[str, Any],
+        ctx: PlanContext,
+        started: float,
+        extra: dict[str, Any],
+    ) -> Proposal | None:
+        """The condensation forgetting ``forget`` items with ``summary`` shown, ``None``
+        when it would not make the view smaller."""
         evt, after = condensation_for(
             view,
             forget,
