@@ -16,6 +16,7 @@ from eventstore import (
     Message,
     NotFoundError,
     SessionExistsError,
+    TextPart,
 )
 
 
@@ -133,5 +134,7 @@ def test_caller_times_are_kept_and_drive_updated_at(api_store: Any) -> None:
     assert got[1].timestamp() == epoch
     assert api_store.get_session(s.id).updated_at == at_epoch  # the newest event's time
     later = at_epoch + timedelta(seconds=3)
-    api_store.append(s.id, [Message(role="assistant", parts=[], created_at=later)])
+    api_store.append(
+        s.id, [Message(role="assistant", parts=[TextPart(text="done")], created_at=later)]
+    )
     assert api_store.get_session(s.id).updated_at == later
