@@ -28,6 +28,7 @@ from sqlalchemy.engine import make_url
 
 from eventstore import EventStore
 from eventstore.distribution import distribute_citus
+from eventstore.schema import NATIVE_SEARCH_TABLES, metadata
 
 from .harness import median, percentile
 from .workload import condensation, steps, to_message
@@ -35,19 +36,18 @@ from .workload import condensation, steps, to_message
 DEFAULT_CITUS = "postgresql+psycopg://postgres@127.0.0.1:5441/eventstore_bench_citus"
 #: The goals: each Citus median at most this many times plain Postgres's.
 GOALS = {"append 1 event": 2.0, "append 1,000 events": 1.5, "view, 50-event tail": 1.5}
-_TABLES = (
-    "parts", "events", "fork_compactions", "feed_pending", "search_docs", "sessions",
-    "session_keys", "blobs", "feed", "feed_cursor", "search_progress", "purge_marks",
-    "alembic_version",
-)  # fmt: skip
+#: Every table a store may have on Postgres: the schema's, the native search index's and
+#: Alembic's.
+STORE_TABLES = (*metadata.tables, NATIVE_SEARCH_TABLES["postgresql"], "alembic_version")
 
 
-def _drop_store(url: str) -> None:
+def drop_store(url: str) -> None:
     """Drop the store's tables and functions in ``url`` (Citus passes DROP to workers)."""
     engine = create_engine(url, isolation_level="AUTOCOMMIT")
     try:
         with engine.connect() as conn:
-            conn.execute(text(f"DROP TABLE IF EXISTS {', '.join(_TABLES)} CASCADE"))
+            # Every table first, so that no trigger still needs the guards' functions.
+            conn.execute(text(f"DROP TABLE IF EXISTS {', '.join(STORE_TABLES)} CASCADE"))
             names = conn.execute(
                 text(
                     "SELECT p.oid::regprocedure::text FROM pg_proc p JOIN pg_namespace n "
@@ -109,7 +109,7 @@ def _timed(fn: Callable[[], Any]) -> float:
 def run(citus_url: str, pg_url: str, *, smoke: bool, before: bool) -> str:
     sessions, events = (4, 120) if smoke else (20, 500)
     ops, batches = (20, 3) if smoke else (300, 10)
-    _drop_store(citus_url)
+    drop_store(citus_url)
     EventStore(citus_url, upgrade=True).close()
     distribute_citus(create_engine(citus_url))
     if before:

@@ -19,6 +19,7 @@ from click.testing import CliRunner
 from sqlalchemy import create_engine, event, text
 from sqlalchemy.engine import make_url
 
+from benchmarks.citus import drop_store
 from eventstore import Condensation, EventStore, Message, PartRef, Prune
 from eventstore.cli import cli
 
@@ -30,38 +31,11 @@ pytestmark = pytest.mark.skipif(
     reason="no Citus cluster: set EVENTSTORE_TEST_CITUS_URL (see ../shared/citus/README.md)",
 )
 
-_TABLES = (
-    "parts", "events", "fork_compactions", "feed_pending", "search_docs", "sessions",
-    "session_keys", "blobs", "feed", "feed_cursor", "search_progress", "purge_marks",
-    "purge_pending",
-    "alembic_version",
-)  # fmt: skip
-
 
 def _url() -> str:
     if not CITUS_URL:
         pytest.fail("EVENTSTORE_REQUIRE_CITUS=1 but EVENTSTORE_TEST_CITUS_URL is not set")
     return make_url(CITUS_URL).set(drivername="postgresql+psycopg").render_as_string(False)
-
-
-def _reset(url: str) -> None:
-    """Drop the store's tables and functions (on the workers too: Citus passes DROP on)."""
-    engine = create_engine(url, isolation_level="AUTOCOMMIT")
-    try:
-        with engine.connect() as conn:
-            # Every table first, so that no trigger still needs the guards' functions.
-            conn.execute(text(f"DROP TABLE IF EXISTS {', '.join(_TABLES)} CASCADE"))
-            names = conn.execute(
-                text(
-                    "SELECT p.oid::regprocedure::text FROM pg_proc p "
-                    "JOIN pg_namespace n ON n.oid = p.pronamespace "
-                    "WHERE n.nspname = current_schema() AND p.proname LIKE 'eventstore%'"
-                )
-            ).scalars()
-            for name in list(names):
-                conn.execute(text(f"DROP FUNCTION IF EXISTS {name} CASCADE"))
-    finally:
-        engine.dispose()
 
 
 def _distribute(url: str) -> Any:
@@ -72,7 +46,7 @@ def _distribute(url: str) -> Any:
 def citus_url() -> Iterator[str]:
     """The Citus database, emptied and brought to the current schema (not distributed)."""
     url = _url()
-    _reset(url)
+    drop_store(url)
     EventStore(url, upgrade=True).close()
     yield url
 

@@ -29,7 +29,7 @@ from eventstore.importers import (
     load_transcripts,
 )
 from eventstore.views import EMPTY_REPLY
-from tests.test_importers import _rehash
+from tests.test_importers import rehash
 
 
 def test_the_helper_refuses_an_empty_assistant_message() -> None:
@@ -106,7 +106,7 @@ def test_an_export_holding_one_is_restored_as_it_was(store: EventStore, tmp_path
     rec["payload"]["parts"] = []
     lines[2] = json.dumps(rec)
     path = tmp_path / "old.jsonl"
-    path.write_text("\n".join(_rehash(lines)) + "\n")
+    path.write_text("\n".join(rehash(lines)) + "\n")
     (session,) = import_file(store, path)
     restored = [s.event for s in store.read(session.id)]
     assert isinstance(restored[1], Message) and restored[1].parts == []

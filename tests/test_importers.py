@@ -704,7 +704,7 @@ def test_bad_references_are_refused_before_any_session(store: EventStore) -> Non
 # --------------------------------------------------------------------------- atomic imports
 
 
-def _rehash(lines: list[str]) -> list[str]:
+def rehash(lines: list[str]) -> list[str]:
     """Export lines with the hash chain recomputed, as a careful forger would."""
     out, prev = [lines[0]], None
     for line in lines[1:]:
@@ -739,7 +739,7 @@ def test_a_repeated_event_id_late_in_the_file_leaves_nothing(
     lines = buf.getvalue().splitlines()
     dup = json.loads(lines[550])
     dup["id"] = json.loads(lines[3])["id"]
-    lines = _rehash(lines[:550] + [json.dumps(dup)] + lines[551:])
+    lines = rehash(lines[:550] + [json.dumps(dup)] + lines[551:])
     path = tmp_path / "dup.jsonl"
     path.write_text("\n".join(lines) + "\n")
     ids = [json.loads(line)["id"] for line in lines[1:]]
