@@ -272,6 +272,12 @@ def test_deeply_nested_json_is_a_typed_error(api_store: Any) -> None:
         [Custom(name="x", data=deep)],
         [Message(role="user", parts=[], provider_metadata=deep)],
         [Message(role="user", parts=[], extra=deep)],
+        # A batch long enough to be encoded while it is sent (Postgres), looked through
+        # for attachments named by digest before any of it is encoded.
+        [
+            *(Message.user(f"m{i}") for i in range(20)),
+            {"kind": "custom", "name": "x", "data": deep},
+        ],
     ]
     for events in attempts:
         with pytest.raises(InvalidEventError, match="nested more than"):

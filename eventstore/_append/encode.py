@@ -12,7 +12,7 @@ from typing import Any, overload
 from pydantic import BaseModel, ValidationError
 from pydantic_core import PydanticSerializationError
 
-from .._checks import MAX_COLUMN_INT, check_event, check_kind, describe_error
+from .._checks import MAX_COLUMN_INT, MAX_DEPTH, check_event, check_kind, describe_error
 from ..codec import Encoded, blob_refs, check_text, encode, encode_plain, format_ts, read_back
 from ..errors import InvalidEventError, PayloadTooLargeError
 from ..events import EMPTY_ASSISTANT, EVENT_ADAPTER, Custom, Event, Message, Queued, empty_assistant
@@ -211,11 +211,28 @@ def names_blobs(encoded: Sequence[Encoded]) -> bool:
 def _may_name_blob(value: Any) -> bool:
     """Whether an event as given (a model, or a dict still to validate) may hold a
     ``FilePart`` naming a blob. For a dict, any ``blob`` key with a value anywhere in it
-    counts: an over-cautious yes costs only the early encoding the check needs."""
+    counts: an over-cautious yes costs only the early encoding the check needs. So does a
+    structure nested deeper than :data:`MAX_DEPTH`, which encoding then refuses by name
+    (the walk keeps its own stack: hostile nesting meets no recursion limit here)."""
     if isinstance(value, (Message, Queued)):
         return bool(blob_refs(value))
     if isinstance(value, BaseModel):  # no other event names a blob (see codec.encode)
         return False
+    stack = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            if item.get("blob") is not None:
+                return True
+            children: Any = item.values()
+        elif isinstance(item, (list, tuple)):
+            children = item
+        else:
+            continue
+        if depth >= MAX_DEPTH:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False
     if isinstance(value, dict):
         return value.get("blob") is not None or any(_may_name_blob(v) for v in value.values())
     if isinstance(value, (list, tuple)):
