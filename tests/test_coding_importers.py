@@ -386,15 +386,24 @@ def test_sidechain_messages_go_to_child_sessions(store: EventStore) -> None:
 def test_export_then_import_keeps_the_session_id_and_every_hash(
     store: EventStore, tmp_path: Path
 ) -> None:
-    [r] = import_transcript(store, COMPACTED)
+    export_keeps_every_hash(store, COMPACTED, tmp_path)
+
+
+def export_keeps_every_hash(store: EventStore, transcript: Path, tmp_path: Path) -> None:
+    """Import ``transcript``, export the session and import the export into another store:
+    the same session id and every hash."""
+    [r] = import_transcript(store, transcript)
     out = tmp_path / "export.jsonl"
     with out.open("w", encoding="utf-8") as fp:
         export_jsonl(store, r.session_id, fp)
     other = EventStore(f"sqlite:///{tmp_path / 'other.db'}")
-    with out.open(encoding="utf-8") as fp:
-        copy = import_jsonl(other, fp)
-    assert copy.id == r.session_id
-    assert [s.hash for s in other.read(copy.id)] == [s.hash for s in store.read(r.session_id)]
+    try:
+        with out.open(encoding="utf-8") as fp:
+            copy = import_jsonl(other, fp)
+        assert copy.id == r.session_id
+        assert [s.hash for s in other.read(copy.id)] == [s.hash for s in store.read(r.session_id)]
+    finally:
+        other.close()
 
 
 # --------------------------------------------------------------------------- bad input

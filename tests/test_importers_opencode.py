@@ -31,11 +31,10 @@ from eventstore.cli import cli
 from eventstore.importers import (
     ImportFormatError,
     detect_agent_format,
-    export_jsonl,
-    import_jsonl,
     import_transcript,
     transcripts_under,
 )
+from tests.test_coding_importers import export_keeps_every_hash
 
 DATA = Path(__file__).parent / "data" / "transcripts" / "opencode"
 MAIN_ID = "ses_47f1c2a9dffeQ3mZk8Vb1xYtRw"
@@ -253,15 +252,7 @@ def test_a_compaction_without_summary_is_kept_as_a_custom_event(
 def test_export_then_import_keeps_the_session_id_and_every_hash(
     store: EventStore, tmp_path: Path
 ) -> None:
-    [r] = import_transcript(store, SESSION)
-    out = tmp_path / "export.jsonl"
-    with out.open("w", encoding="utf-8") as fp:
-        export_jsonl(store, r.session_id, fp)
-    other = EventStore(f"sqlite:///{tmp_path / 'other.db'}")
-    with out.open(encoding="utf-8") as fp:
-        copy = import_jsonl(other, fp)
-    assert copy.id == r.session_id
-    assert [s.hash for s in other.read(copy.id)] == [s.hash for s in store.read(r.session_id)]
+    export_keeps_every_hash(store, SESSION, tmp_path)
 
 
 def test_a_broken_message_file_is_a_clear_error_and_nothing_is_written(
