@@ -679,6 +679,59 @@ def test_a_cline_truncation_becomes_a_condensation_without_summary(
     ]
 
 
+def test_cline_native_tool_results_written_as_text_pair_with_their_calls(
+    store: EventStore, tmp_path: Path
+) -> None:
+    # Cline with native tool calling keeps the reply's tool_use blocks and writes each
+    # result as a text block of the next user message, in the calls' order.
+    t = 1_777_000_000_000
+    history = [
+        {"role": "user", "ts": t, "content": [{"type": "text", "text": "<task>audit</task>"}]},
+        {"role": "assistant", "ts": t + 1, "content": [
+            {"type": "tool_use", "id": "tu_a", "call_id": "tu_a", "name": "search_files",
+             "input": {"regex": "db[0-9]+"}},
+            {"type": "tool_use", "id": "tu_b", "call_id": "tu_b", "name": "execute_command",
+             "input": {"command": "ls"}},
+            {"type": "tool_use", "id": "tu_c", "call_id": "tu_c", "name": "read_file",
+             "input": {"path": "x.ts"}},
+        ]},
+        {"role": "user", "ts": t + 2, "content": [
+            {"type": "text", "text": "[search_files for 'db[0-9]+'] Result: Found 1 result."},
+            {"type": "text", "text": "[execute_command for 'cd app &&\nls'] Result: a.ts"},
+            {"type": "text", "text": "<environment_details>cwd: /app</environment_details>"},
+        ]},
+        {"role": "assistant", "ts": t + 3, "content": [
+            {"type": "tool_use", "id": "tu_d", "call_id": "tu_d", "name": "attempt_completion",
+             "input": {"result": "done"}},
+        ]},
+        {"role": "user", "ts": t + 4, "content": [
+            {"type": "text", "text": "[TASK RESUMPTION] This task was interrupted."},
+        ]},
+    ]  # fmt: skip
+    folder = tmp_path / "tasks" / "task-native-1"
+    folder.mkdir(parents=True)
+    (folder / "api_conversation_history.json").write_text(json.dumps(history))
+    [r] = import_transcript(store, folder / "api_conversation_history.json")
+    results = {
+        p.tool_call_id: p.output
+        for s in store.read(r.session_id)
+        if isinstance(s.event, Message)
+        for p in s.event.parts
+        if isinstance(p, ToolResultPart)
+    }
+    # Verbatim, in order; the third call got no result text and the last was interrupted.
+    assert results == {
+        "tu_a": "[search_files for 'db[0-9]+'] Result: Found 1 result.",
+        "tu_b": "[execute_command for 'cd app &&\nls'] Result: a.ts",
+    }
+    msgs = store.view(r.session_id).to_messages()
+    assert [(m["role"], m.get("tool_call_id")) for m in msgs[1:6]] == [
+        ("assistant", None), ("tool", "tu_a"), ("tool", "tu_b"), ("tool", "tu_c"), ("user", None)
+    ]  # fmt: skip
+    assert msgs[5]["content"] == "<environment_details>cwd: /app</environment_details>"
+    assert "[TASK RESUMPTION]" in str(msgs[-1]["content"])
+
+
 def _subagent_lines(session_id: str, agent: str) -> str:
     """A Claude Code 2.x subagent transcript (``<session>/subagents/agent-<id>.jsonl``), made
     here in that layout: sidechain records carrying the main session's id and the agent's."""

@@ -27,6 +27,7 @@ rewritten.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -100,6 +101,7 @@ class Cline(ClaudeCode):
         self.first_of_index: dict[int, int] = {}  # history index -> its first seq
         self.tagged: dict[str, list[int]] = {}  # condenseId/truncationId -> seqs it hides
         self.message_seqs: set[int] = set()
+        self.open_calls: list[str] = []  # the last reply's tool calls not yet answered
 
     def feed(self, line: int, record: Any) -> None:
         if not isinstance(record, dict) or record.get("role") not in ("user", "assistant"):
@@ -116,10 +118,15 @@ class Cline(ClaudeCode):
             self._after(line)
             return
         before = self.seqs.get(None, 0)
+        content = record.get("content")
+        if record["role"] == "assistant":
+            self.open_calls = _call_ids(content)
+        else:
+            content, self.open_calls = _paired_results(content, self.open_calls)
         adapted = {
             "type": record["role"],
             "timestamp": when,
-            "message": {"role": record["role"], "content": record.get("content")},
+            "message": {"role": record["role"], "content": content},
         }
         super().feed(line, adapted)
         self._close(None)
@@ -192,6 +199,50 @@ class Cline(ClaudeCode):
             )
         )
         self.last_condensation[None] = item.seq
+
+
+# How Cline writes a native tool call's result: a text block of the next user message,
+# "[read_file for 'src/app.ts'] Result:" and the output, one per call, in the calls' order.
+# The quoted argument may hold brackets and line breaks (a search pattern, a command).
+_RESULT = re.compile(r"\[[\w-]+(?: for '.*?')?\] Result:", re.S)
+
+
+def _call_ids(content: Any) -> list[str]:
+    blocks = content if isinstance(content, list) else []
+    return [
+        b["id"]
+        for b in blocks
+        if isinstance(b, dict) and b.get("type") == "tool_use" and isinstance(b.get("id"), str)
+    ]
+
+
+def _paired_results(content: Any, open_calls: list[str]) -> tuple[Any, list[str]]:
+    """A user message's result texts as the results of the calls they answer.
+
+    Cline (with native tool calling) keeps the reply's ``tool_use`` blocks but writes each
+    result as a text block of the next user message; it sends them to the model as the
+    calls' results. Those blocks become ``tool_result`` blocks of the open calls, in order,
+    their text verbatim; other blocks stay as they are. Returns the content and the calls
+    still unanswered.
+    """
+    if not open_calls or not isinstance(content, list):
+        return content, [] if isinstance(content, list) else open_calls
+    if any(isinstance(b, dict) and b.get("type") == "tool_result" for b in content):
+        return content, []
+    pending = list(open_calls)
+    out: list[Any] = []
+    for block in content:
+        text = block.get("text") if isinstance(block, dict) else None
+        if (
+            pending
+            and block.get("type") == "text"
+            and isinstance(text, str)
+            and _RESULT.match(text[:20_000])
+        ):
+            out.append({"type": "tool_result", "tool_use_id": pending.pop(0), "content": text})
+        else:
+            out.append(block)
+    return out, []
 
 
 def _text(content: Any) -> str:
