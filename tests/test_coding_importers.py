@@ -732,6 +732,76 @@ def test_cline_native_tool_results_written_as_text_pair_with_their_calls(
     assert "[TASK RESUMPTION]" in str(msgs[-1]["content"])
 
 
+def _gemini_lines(*records: dict[str, Any]) -> str:
+    header = {"sessionId": "gem-1", "projectHash": "p", "startTime": "2026-05-01T10:00:00Z"}
+    return "".join(json.dumps(r) + "\n" for r in (header, *records))
+
+
+def _gemini_turn(n: int) -> list[dict[str, Any]]:
+    when = f"2026-05-01T10:{n:02d}:00Z"
+    return [
+        {"id": f"u{n}", "timestamp": when, "type": "user", "content": [{"text": f"ask {n}"}]},
+        {"id": f"g{n}", "timestamp": when, "type": "gemini", "content": f"answer {n}",
+         "toolCalls": [{"id": f"c{n}", "name": "read_file", "args": {"path": f"f{n}.py"},
+                        "status": "success", "timestamp": when, "result": [
+                            {"functionResponse": {"id": f"c{n}", "name": "read_file",
+                                                  "response": {"output": f"body {n}"}}}]}]},
+    ]  # fmt: skip
+
+
+def _view_texts(store: EventStore, sid: str, at: int | None = None) -> list[str]:
+    return [str(m.get("content")) for m in store.view(sid, at).to_messages()]
+
+
+def test_gemini_cli_rewind_and_compression_checkpoint_become_condensations(
+    store: EventStore, tmp_path: Path
+) -> None:
+    # Gemini CLI's JSONL recording: /rewind appends {"$rewindTo": id}; a chat compression
+    # writes its summary and the model's acknowledgement as messages, then
+    # {"$set": {"messages": [...]}} listing the history it now sends.
+    summary = {
+        "id": "s1",
+        "timestamp": "2026-05-01T10:09:00Z",
+        "type": "user",
+        "content": [{"text": "<state_snapshot>asked 1 and 3</state_snapshot>"}],
+    }
+    ack = {"id": "s2", "timestamp": "2026-05-01T10:09:00Z", "type": "gemini",
+           "content": "Got it. Thanks for the additional context!"}  # fmt: skip
+    t1, t2, t3, t4 = (_gemini_turn(n) for n in (1, 2, 3, 4))
+    path = tmp_path / "session-2026-05-01T10-00-gem1.jsonl"
+    path.write_text(
+        _gemini_lines(
+            *t1, *t2, {"$rewindTo": "u2"}, *t3, *t4, summary, ack,
+            {"$set": {"messages": [summary, ack, *t4], "lastUpdated": "2026-05-01T10:09:00Z"}},
+            {"$set": {"lastUpdated": "2026-05-01T10:10:00Z"}},
+        )
+    )  # fmt: skip
+    [r] = import_transcript(store, path)
+    assert r.format == "gemini-cli" and r.condensations == 2
+    conds = [s for s in store.read(r.session_id) if isinstance(s.event, Condensation)]
+    rewind, compress = conds
+    assert rewind.event.settings["record"] == {"$rewindTo": "u2"}
+    assert compress.event.supersedes == rewind.seq
+    # Before the rewind the view holds turn 2; after it, not; then turns 1, 3 and 4.
+    before = _view_texts(store, r.session_id, rewind.seq - 1)
+    assert "ask 2" in before and "body 2" in before
+    after = _view_texts(store, r.session_id, compress.seq - 1)
+    assert after == ["ask 1", "answer 1", "body 1", "ask 3", "answer 3", "body 3",
+                     "ask 4", "answer 4", "body 4", summary["content"][0]["text"],
+                     ack["content"]]  # fmt: skip
+    # After the checkpoint: what it lists, turn 4's tool pair intact, nothing of 1 or 3.
+    head = _view_texts(store, r.session_id)
+    assert sorted(head) == sorted(["ask 4", "answer 4", "body 4", summary["content"][0]["text"],
+                                   ack["content"]])  # fmt: skip
+    msgs = store.view(r.session_id).to_messages()
+    calls = [t["id"] for m in msgs for t in m.get("tool_calls") or []]
+    assert calls == ["c4"] and [m.get("tool_call_id") for m in msgs if m["role"] == "tool"] == [
+        "c4"
+    ]
+    assert store.verify(r.session_id).ok
+    assert [x.status for x in import_transcript(store, path)] == ["up to date"]
+
+
 def _subagent_lines(session_id: str, agent: str) -> str:
     """A Claude Code 2.x subagent transcript (``<session>/subagents/agent-<id>.jsonl``), made
     here in that layout: sidechain records carrying the main session's id and the agent's."""

@@ -12,6 +12,24 @@ message with the results embedded in the calls (``functionResponse``). ``info``,
 and ``warning`` messages, ``$set`` lines, the header and unknown records are kept as
 ``Custom`` events named ``gemini-cli.<type>``.
 
+Two records change the conversation the CLI sends, and each becomes one ``Condensation``
+without a summary (the record kept in its settings):
+
+* ``{"$rewindTo": id}`` (``/rewind``): that message and every later one are dropped;
+  the earlier ones stay pinned. An id the conversation does not hold drops everything, as
+  the CLI does.
+* ``{"$set": {"messages": [...]}}``, the checkpoint the CLI writes when it replaces its
+  history (chat compression, a restored checkpoint, an aborted turn rolled back): the
+  messages it no longer lists are forgotten, the ones before them stay pinned and the ones
+  after them follow (a message it lists between two it dropped is forgotten with them:
+  a condensation forgets one range). The messages it
+  adds (the compression's summary and the model's acknowledgement) are written as messages
+  just before, so the view holds the same messages; it holds them in the order they were
+  written, after the turns the compression kept, where the CLI lists them first.
+
+A ``$set`` that lists the same messages (metadata, or tool output masked in place) is
+kept as a ``Custom`` event.
+
 The session's key is ``gemini-cli:<sessionId>``.
 """
 
@@ -23,7 +41,15 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from ..events import Message, Part, ReasoningPart, TextPart, ToolCallPart, ToolResultPart
+from ..events import (
+    Condensation,
+    Message,
+    Part,
+    ReasoningPart,
+    TextPart,
+    ToolCallPart,
+    ToolResultPart,
+)
 from ._agent import Converter, InvalidLine, parse_when, short_title, text_of
 from ._loading import format_error
 
@@ -64,6 +90,8 @@ class GeminiCli(Converter):
         self.pending: dict[str, Any] | None = None  # the newest version of a model message
         self.first = 0
         self.held: list[tuple[str, Any, datetime | None, int]] = []
+        self.context: dict[str, list[int]] = {}  # the messages sent: id -> their seqs
+        self.last_condensation: int | None = None
 
     def feed(self, line: int, record: Any) -> None:
         if isinstance(record, InvalidLine):
@@ -85,8 +113,18 @@ class GeminiCli(Converter):
                 }
             self._bookkeeping("session", record)
             return
+        if isinstance(record.get("$rewindTo"), str):
+            self._close()
+            self._forget(record, self._rewound(record["$rewindTo"]))
+            return
         if "$set" in record:
-            self._bookkeeping("set", record)
+            update = record["$set"]
+            listed = update.get("messages") if isinstance(update, dict) else None
+            if isinstance(listed, list):
+                self._close()
+                self._forget(record, self._replaced(listed))
+            else:
+                self._bookkeeping("set", record)
             return
         kind = record.get("type")
         if kind in ("gemini", "model"):
@@ -101,7 +139,7 @@ class GeminiCli(Converter):
             text = text_of(record.get("content"))
             if self.title is None:
                 self.title = short_title(text_of(record.get("displayContent")) or text)
-            self.emit(
+            item = self.emit(
                 Message(
                     role="user",
                     parts=[TextPart(text=text)],
@@ -109,6 +147,7 @@ class GeminiCli(Converter):
                     created_at=self.when,
                 )
             )
+            self._sent(record, [item.seq])
         else:
             self._bookkeeping(str(kind or "record"), record)
 
@@ -164,7 +203,7 @@ class GeminiCli(Converter):
                 )
         meta = {k: rec[k] for k in ("id", "tokens") if rec.get(k) is not None}
         model = rec.get("model") if isinstance(rec.get("model"), str) else None
-        self.emit(
+        reply = self.emit(
             Message(
                 role="assistant",
                 parts=parts,
@@ -175,13 +214,68 @@ class GeminiCli(Converter):
             first=self.first,
             held=True,
         )
+        seqs = [reply.seq]
         if results:
-            self.emit(
-                Message(role="tool", parts=results, created_at=when), first=self.first, held=True
+            seqs.append(
+                self.emit(
+                    Message(role="tool", parts=results, created_at=when),
+                    first=self.first,
+                    held=True,
+                ).seq
             )
+        self._sent(rec, seqs)
         held, self.held = self.held, []
         for name, record, hwhen, line in held:
             self.custom(name, record, hwhen, first=line, held=True)
+
+    # -- what the CLI sends
+
+    def _sent(self, record: dict[str, Any], seqs: list[int]) -> None:
+        given = record.get("id")
+        key = given if isinstance(given, str) else f"#{self.line}"
+        self.context.pop(key, None)  # a message written again moves to its new place
+        self.context[key] = seqs
+
+    def _rewound(self, message_id: str) -> list[str]:
+        """The messages a rewind to ``message_id`` drops."""
+        ids = list(self.context)
+        return ids[ids.index(message_id) :] if message_id in self.context else ids
+
+    def _replaced(self, listed: list[Any]) -> list[str]:
+        """The messages a checkpoint no longer lists (those it lists but the file never
+        held are written first, as messages)."""
+        ids = [m.get("id") for m in listed if isinstance(m, dict)]
+        for msg in listed:
+            if isinstance(msg, dict) and msg.get("id") not in self.context:
+                self.feed(self.line, msg)
+                self._close()
+        keep = {i for i in ids if isinstance(i, str)}
+        return [i for i in self.context if i not in keep]
+
+    def _forget(self, record: dict[str, Any], dropped: list[str]) -> None:
+        name = "rewind" if "$rewindTo" in record else "set"
+        forgotten = sorted(s for i in dropped for s in self.context[i])
+        if not forgotten:
+            self._bookkeeping(name, record)
+            return
+        for i in dropped:
+            del self.context[i]
+        first, last = forgotten[0], forgotten[-1]
+        item = self.emit(
+            Condensation(
+                forgotten_from=first,
+                forgotten_to=last,
+                forgotten_events=last - first + 1,
+                summary=None,
+                condenser=FORMAT,
+                trigger="import",
+                pinned=sorted(s for seqs in self.context.values() for s in seqs if s < first),
+                supersedes=self.last_condensation,
+                settings={"record": record},
+                created_at=self.when,
+            )
+        )
+        self.last_condensation = item.seq
 
 
 def _result(call: dict[str, Any]) -> tuple[str, bool]:
