@@ -339,6 +339,27 @@ def test_a_codex_compaction_becomes_one_condensation(store: EventStore, tmp_path
     assert [i.message.text for i in store.view(r.session_id).items] == ["and now?"]
 
 
+def test_a_server_made_codex_compaction_summarizes_its_replacement_history(
+    store: EventStore, tmp_path: Path
+) -> None:
+    # A compaction made by the server leaves `message` empty: what Codex sends from then on
+    # is the replacement history (the user's messages it kept and an encrypted item).
+    lines = CODEX.read_text(encoding="utf-8").splitlines(keepends=True)
+    kept = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "go"}]}
+    sealed = {"type": "compaction", "encrypted_content": "gAAAAB"}
+    marker = {
+        "timestamp": "2025-09-20T10:00:00.000Z",
+        "type": "compacted",
+        "payload": {"message": "", "replacement_history": [kept, sealed]},
+    }
+    copy = tmp_path / "rollout.jsonl"
+    copy.write_text("".join(lines) + json.dumps(marker) + "\n")
+    [r] = import_transcript(store, copy)
+    [cond] = [s for s in store.read(r.session_id) if isinstance(s.event, Condensation)]
+    assert cond.event.summary == "go\n\n[1 encrypted compaction item, readable only by the model]"
+    assert cond.event.settings["record"]["replacement_history"][1] == sealed
+
+
 def test_a_compaction_marker_whose_summary_is_not_written_yet_waits(
     store: EventStore, tmp_path: Path
 ) -> None:

@@ -6,7 +6,10 @@ reasoning part, the whole item with its ``encrypted_content`` as a provider part
 ``function_call``, ``custom_tool_call`` and ``local_shell_call`` (tool calls), and their
 outputs, paired by ``call_id`` (tool results). Consecutive model items (reasoning, text, calls)
 make one assistant message. A ``compacted`` line (Codex's own compaction) becomes one
-``Condensation`` whose summary is its ``message`` verbatim, forgetting everything before it.
+``Condensation`` whose summary is its ``message`` verbatim, forgetting everything before it;
+when the message is empty (the server compacted) and the line carries the
+``replacement_history`` Codex sends from then on, the summary is that history's messages' text,
+with a count of its encrypted items.
 ``session_meta``, ``turn_context``, ``event_msg`` and anything unknown are kept as ``Custom``
 events named ``codex.<type>``.
 
@@ -214,12 +217,15 @@ class Codex(Converter):
     def _compacted(self, payload: dict[str, Any]) -> None:
         before = self.seqs.get(None, 0)
         message = payload.get("message")
+        summary = message if isinstance(message, str) else None
+        if not summary and isinstance(payload.get("replacement_history"), list):
+            summary = _replacement_text(payload["replacement_history"])
         item = self.emit(
             Condensation(
                 forgotten_from=1,
                 forgotten_to=before,
                 forgotten_events=before,
-                summary=message if isinstance(message, str) else None,
+                summary=summary,
                 condenser=FORMAT,
                 trigger="import",
                 pinned=[],
@@ -229,6 +235,30 @@ class Codex(Converter):
             )
         )
         self.last_condensation = item.seq
+
+
+def _replacement_text(history: list[Any]) -> str | None:
+    """The text of a compaction's replacement history, for a ``compacted`` line whose
+    ``message`` is empty (a compaction made by the server): the messages Codex sends from
+    then on, in order, and how many encrypted items it sends with them (kept, whole, in the
+    condensation's settings)."""
+    texts: list[str] = []
+    sealed = 0
+    for item in history:
+        if not isinstance(item, dict):
+            continue
+        if item.get("type") == "message":
+            text = text_of(item.get("content"))
+            if text:
+                texts.append(text)
+        elif "encrypted_content" in item:
+            sealed += 1
+    if sealed:
+        texts.append(
+            f"[{sealed} encrypted compaction item{'s' if sealed > 1 else ''}, "
+            "readable only by the model]"
+        )
+    return "\n\n".join(texts) or None
 
 
 def _content_parts(content: Any) -> list[Part]:
