@@ -24,6 +24,7 @@ from eventstore import (
     EventStore,
     Message,
     ProviderPart,
+    Prune,
     ReasoningPart,
     ToolCallPart,
     ToolResultPart,
@@ -309,6 +310,40 @@ def test_a_claude_code_compaction_becomes_one_condensation(store: EventStore) ->
     assert [i.seq for i in before.items] == list(range(1, cond.seq))
     assert after.items == [] and after.condensation is not None
     assert [i.message.text for i in head.items] == ["After compaction", "Final answer"]
+
+
+def test_a_claude_code_microcompaction_becomes_a_prune_of_the_results_it_cleared(
+    store: EventStore, tmp_path: Path
+) -> None:
+    base = {"sessionId": "mc-1", "isSidechain": False, "timestamp": "2026-01-01T10:00:00Z"}
+
+    def call(n: int) -> list[dict[str, Any]]:
+        return [
+            {**base, "type": "assistant", "uuid": f"a{n}", "message": {
+                "id": f"msg_{n}", "role": "assistant", "content": [
+                    {"type": "tool_use", "id": f"toolu_{n}", "name": "Read", "input": {}}]}},
+            {**base, "type": "user", "uuid": f"r{n}", "message": {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": f"toolu_{n}", "content": f"out {n}"}]}},
+        ]  # fmt: skip
+
+    boundary = {**base, "type": "system", "subtype": "microcompact_boundary", "uuid": "mc",
+                "content": "Context microcompacted",
+                "microcompactMetadata": {"trigger": "auto", "preTokens": 90000,
+                                         "tokensSaved": 12000,
+                                         "compactedToolIds": ["toolu_1", "toolu_9"]}}  # fmt: skip
+    first = {**base, "type": "user", "uuid": "u0", "message": {"role": "user", "content": "go"}}
+    path = tmp_path / "mc-1.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in [first, *call(1), *call(2), boundary]))
+    [r] = import_transcript(store, path)
+    [prune] = [s for s in store.read(r.session_id) if isinstance(s.event, Prune)]
+    # Only the result it names and the file holds (toolu_9 is unknown here): seq 3, part 0.
+    assert [(t.seq, t.index) for t in prune.event.targets] == [(3, 0)]
+    assert prune.event.tokens_freed == 12000 and prune.event.settings["record"] == boundary
+    before = store.view(r.session_id, prune.seq - 1).to_messages()
+    after = store.view(r.session_id).to_messages()
+    assert before[2]["content"] == "out 1" and before[4]["content"] == "out 2"
+    assert after[2]["content"] != "out 1" and after[4]["content"] == "out 2"
+    assert store.verify(r.session_id).ok
 
 
 def test_a_codex_compaction_becomes_one_condensation(store: EventStore, tmp_path: Path) -> None:

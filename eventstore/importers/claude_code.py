@@ -11,7 +11,9 @@ record's ``toolUseResult`` (the CLI's own structured copy of a tool's result) is
 A native compaction (a ``system`` record with subtype ``compact_boundary``, then the user
 record with ``isCompactSummary``) becomes one ``Condensation`` whose summary is the summary
 text verbatim and whose forgotten range is everything before it: after a compaction Claude
-Code sends the summary and what follows, nothing earlier.
+Code sends the summary and what follows, nothing earlier. A microcompaction (``system``
+subtype ``microcompact_boundary``) clears the output of the tool calls its
+``microcompactMetadata.compactedToolIds`` names: it becomes one ``Prune`` of those results.
 
 Sidechain records (``isSidechain``: a subagent's conversation, in the main file in 1.x or in
 ``<sessionId>/subagents/agent-*.jsonl`` in 2.x) go to a child session of the main one, one
@@ -36,7 +38,9 @@ from ..events import (
     FilePart,
     Message,
     Part,
+    PartRef,
     ProviderPart,
+    Prune,
     ReasoningPart,
     TextPart,
     ToolCallPart,
@@ -94,6 +98,7 @@ class ClaudeCode(Converter):
         self.tool_names: dict[str, str] = {}
         self.child_of_uuid: dict[str, str] = {}
         self.last_child: str | None = None
+        self.results: dict[tuple[str | None, str], PartRef] = {}  # (session, call id) -> part
 
     # -- records
 
@@ -133,6 +138,9 @@ class ClaudeCode(Converter):
         elif kind == "system" and record.get("subtype") == "compact_boundary":
             self._close(target)
             self.boundary[target] = (line, record)
+        elif kind == "system" and record.get("subtype") == "microcompact_boundary":
+            self._close(target)
+            self._microcompact(target, record)
         elif kind == "system":
             self._bookkeeping(target, f"system.{record.get('subtype') or 'message'}", record)
         else:
@@ -298,7 +306,7 @@ class ClaudeCode(Converter):
             if rec.get(key) is not None:
                 meta[key] = rec[key]
         if results:
-            self.emit(
+            item = self.emit(
                 Message(
                     role="tool",
                     parts=results,
@@ -307,6 +315,9 @@ class ClaudeCode(Converter):
                 ),
                 target,
             )
+            for index, part in enumerate(results):
+                assert isinstance(part, ToolResultPart)
+                self.results[(target, part.tool_call_id)] = PartRef(seq=item.seq, index=index)
             meta = {"uuid": rec.get("uuid")}
         if parts or not results:
             if self.title is None and target is None and not rec.get("isMeta"):
@@ -319,6 +330,35 @@ class ClaudeCode(Converter):
                 ),
                 target,
             )
+
+    def _microcompact(self, target: str | None, record: dict[str, Any]) -> None:
+        """A microcompaction: the CLI clears the output of the tool calls it names, from
+        then on, as a prune does."""
+        meta = record.get("microcompactMetadata")
+        meta = meta if isinstance(meta, dict) else {}
+        ids = meta.get("compactedToolIds")
+        refs = [
+            self.results[(target, i)]
+            for i in (ids if isinstance(ids, list) else [])
+            if isinstance(i, str) and (target, i) in self.results
+        ]
+        if not refs:
+            self._bookkeeping(target, "system.microcompact_boundary", record)
+            return
+        saved = meta.get("tokensSaved")
+        self.emit(
+            Prune(
+                targets=sorted(
+                    {(r.seq, r.index): r for r in refs}.values(), key=lambda r: (r.seq, r.index)
+                ),
+                tokens_freed=saved if isinstance(saved, int) and saved >= 0 else 0,
+                strategy=f"{FORMAT}.microcompact",
+                settings={"record": record},
+                trigger="import",
+                created_at=self.when,
+            ),
+            target,
+        )
 
     def _condense(
         self,
