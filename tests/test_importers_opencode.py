@@ -23,6 +23,7 @@ from eventstore import (
     Custom,
     EventStore,
     Message,
+    Prune,
     ReasoningPart,
     ToolCallPart,
     ToolResultPart,
@@ -218,6 +219,54 @@ def test_a_grown_session_appends_only_the_new_messages(store: EventStore, tmp_pa
     assert [s.hash for s in store.read(first.session_id)][:10] == hashes
     [third] = import_transcript(store, _session_file(copy))
     assert third.status == "up to date"
+
+
+def _prune_part(storage: Path, part: str, at: int) -> None:
+    path = next((storage / "part").glob(f"*/{part}.json"))
+    data = json.loads(path.read_text())
+    data["state"]["time"]["compacted"] = at
+    path.write_text(json.dumps(data))
+
+
+def test_opencode_prunes_become_prunes_placed_by_their_time(
+    store: EventStore, tmp_path: Path
+) -> None:
+    copy = _copy_storage(tmp_path)
+    [first] = import_transcript(store, _session_file(copy))
+    hashes = [s.hash for s in store.read(first.session_id)]
+    # OpenCode pruned a call's output of the last turn after it, then (a copy imported
+    # afresh) a call's output of the second turn before the third one.
+    _prune_part(copy, "prt_19b76dd7148027Mx39", 1767225790000)
+    [again] = import_transcript(store, _session_file(copy))
+    assert (again.status, again.events) == ("updated", 1)
+    assert [s.hash for s in store.read(first.session_id)][: len(hashes)] == hashes
+    prune = list(store.read(first.session_id))[-1]
+    assert isinstance(prune.event, Prune) and prune.event.strategy == "opencode.prune"
+    [ref] = prune.event.targets
+    before = store.view(first.session_id, prune.seq - 1).to_messages()
+    after = store.view(first.session_id).to_messages()
+    output = json.loads(next((copy / "part").glob("*/prt_19b76dd7148027Mx39.json")).read_text())[
+        "state"
+    ]["output"]
+    assert output in [m.get("content") for m in before]
+    assert output not in [m.get("content") for m in after]
+    assert len(after) == len(before)
+
+    _prune_part(copy, "prt_19b76dba00c018Lx24", 1767225700000)
+    fresh = EventStore(f"sqlite:///{tmp_path / 'fresh.db'}")
+    [r] = import_transcript(fresh, _session_file(copy))
+    prunes = [s for s in fresh.read(r.session_id) if isinstance(s.event, Prune)]
+    assert [p.event.settings["compacted"] for p in prunes] == [1767225700000, 1767225790000]
+    # The earlier prune comes just before the third user message (created 1767225720000):
+    # the compaction request, which its summary makes a condensation.
+    [nxt_stored] = fresh.read(r.session_id, prunes[0].seq + 1, prunes[0].seq + 1)
+    nxt = nxt_stored.event
+    assert isinstance(nxt, Condensation)
+    # The later one is last, and targets the same part (one seq later: the earlier prune).
+    assert prunes[1].seq == r.head_seq
+    assert [(t.seq, t.index) for t in prunes[1].event.targets] == [(ref.seq + 1, ref.index)]
+    assert fresh.verify(r.session_id).ok
+    fresh.close()
 
 
 def test_an_assistant_message_still_streaming_waits(store: EventStore, tmp_path: Path) -> None:

@@ -29,6 +29,10 @@ summary's text verbatim and whose forgotten range is everything before the compa
 (before the kept tail). A compaction whose summary failed or never came is kept as a
 ``Custom`` event ``opencode.compaction``: OpenCode went on sending everything.
 
+OpenCode's prune (it clears old tool output after a turn, stamping each cleared tool part's
+``state.time.compacted``) becomes one ``Prune`` per stamp, of those results, placed before the
+first message created after it (or last): the view after it shows them cleared.
+
 The session's key is ``opencode:<sessionID>``. A message is written as it streams: a last
 assistant message not completed yet (no ``time.completed``, no error) is left for a later
 import. The export is one JSON document, read whole; the storage is read one file at a time.
@@ -47,7 +51,9 @@ from ..events import (
     FilePart,
     Message,
     Part,
+    PartRef,
     ProviderPart,
+    Prune,
     ReasoningPart,
     TextPart,
     ToolCallPart,
@@ -228,10 +234,16 @@ class OpenCode(Converter):
         self.first_seq: dict[str, int] = {}  # message id -> the first seq made from it
         self.compaction: tuple[int, dict[str, Any]] | None = None  # held, awaiting its summary
         self.last_condensation: int | None = None
+        # Tool results OpenCode pruned, by the time it pruned them (ms) -> the parts.
+        self.pruned: dict[int, list[tuple[PartRef, int]]] = {}
 
     def feed(self, line: int, record: Any) -> None:
         info = record.get("info") if isinstance(record, dict) else None
         parts = record.get("parts") if isinstance(record, dict) else None
+        if self.pruned and self.compaction is None and isinstance(info, dict):
+            created = (info.get("time") or {}).get("created")
+            if isinstance(created, int | float):
+                self._prunes(upto=created)
         if not isinstance(info, dict) or not isinstance(parts, list):
             self._flush_compaction()
             self.custom("record", record, self.when)
@@ -260,6 +272,30 @@ class OpenCode(Converter):
     def close(self) -> None:
         if self.compaction is not None and (self.final or self.compaction[0] != self.line):
             self._flush_compaction(held=True)
+        if self.compaction is None:
+            self._prunes(upto=None)
+
+    def _prunes(self, upto: float | None) -> None:
+        """OpenCode's prunes made before ``upto`` (ms; ``None``: all), one per prune, in
+        time order. OpenCode prunes after a turn, stamping the parts it clears with the
+        time; the prune goes before the first message created after that time, or last.
+        A part pruned after an earlier import was made is pruned after every message that
+        import held (they were all created before it), so re-imports keep their seqs."""
+        for stamp in sorted(self.pruned):
+            if upto is not None and stamp > upto:
+                break
+            refs = self.pruned.pop(stamp)
+            self.emit(
+                Prune(
+                    targets=[ref for ref, _ in refs],
+                    tokens_freed=sum(tokens for _, tokens in refs),
+                    strategy=f"{FORMAT}.prune",
+                    settings={"compacted": stamp},
+                    trigger="import",
+                    created_at=_ms(stamp),
+                ),
+                held=True,
+            )
 
     # -- conversion
 
@@ -407,7 +443,7 @@ class OpenCode(Converter):
             )
         )
         if results:
-            self.emit(
+            item = self.emit(
                 Message(
                     role="tool",
                     parts=results,
@@ -415,6 +451,14 @@ class OpenCode(Converter):
                     created_at=self.when,
                 )
             )
+            tools = [
+                p for p in step if p.get("type") == "tool" and isinstance(p.get("callID"), str)
+            ]
+            for index, (part, done) in enumerate(zip(tools, results, strict=True)):
+                stamp = _compacted(part)
+                if stamp is not None and isinstance(done, ToolResultPart):
+                    ref = PartRef(seq=item.seq, index=index)
+                    self.pruned.setdefault(stamp, []).append((ref, -(-len(done.output) // 4)))
 
 
 def _dropped(info: dict[str, Any], parts: list[dict[str, Any]]) -> bool:
@@ -444,6 +488,16 @@ def _file(part: dict[str, Any]) -> FilePart:
         name=part.get("filename") if isinstance(part.get("filename"), str) else None,
         uri=str(part["url"]),
     )
+
+
+def _compacted(part: dict[str, Any]) -> int | None:
+    """When OpenCode pruned a tool part's output (``state.time.compacted``, ms)."""
+    state = part.get("state")
+    time = state.get("time") if isinstance(state, dict) else None
+    stamp = time.get("compacted") if isinstance(time, dict) else None
+    if isinstance(stamp, int | float) and not isinstance(stamp, bool):
+        return int(stamp)
+    return None
 
 
 def _tool(part: dict[str, Any]) -> tuple[ToolCallPart, ToolResultPart]:
