@@ -125,8 +125,9 @@ def is_distributed(conn: Connection, *, fresh: bool = False) -> bool:
     before learns it from :func:`forget_distribution`), or now with ``fresh``.
 
     Citus sends a statement whole to the session's worker only when each condition shows
-    it the session's value: on a distributed store a view's one statement names its
-    parameters where they are used, a fork's view (two sessions) goes statement by
+    it the session's value: on a distributed store a view is one call of the routed view
+    function (:func:`routes_views`; without it, the view's one statement names its
+    parameters where they are used), a fork's view (two sessions) goes statement by
     statement, and each write sets its lock timeout for its transaction."""
     if conn.dialect.name != "postgresql":
         return False
@@ -164,7 +165,8 @@ def forget_distribution() -> None:
 
 class AlreadyDistributed(Exception):
     """:func:`distribute_citus` found the tables distributed: nothing to do but what
-    :attr:`statements` (the routed append's function, where it was missing) did."""
+    :attr:`statements` (the routed functions, where they were missing or out of date)
+    did."""
 
     def __init__(self, statements: list[str]) -> None:
         super().__init__("already distributed")
