@@ -288,7 +288,9 @@ def test_a_view_is_one_call_on_the_sessions_worker_and_reads_what_the_statement_
                 bound = vr._NO_BOUND if as_of is None else as_of
                 values = {vr._SESSION: root, vr._TENANT: store.tenant, vr._BOUND: bound}
                 params = [values.get(p, p) for p in template]
-                called = vr._fetch(conn, True, vr.ROUTED_VIEW_CALL, [root, store.tenant, bound])
+                called = vr._fetch(
+                    conn, True, vr.ROUTED_VIEW_CALL, [root, store.tenant, bound], routed=True
+                )
                 sent = vr._fetch(conn, True, statement, params)
                 assert called is not None and sent is not None
                 # (Each row under each of its tags; the tag column itself may name two.)
@@ -299,9 +301,11 @@ def test_a_view_is_one_call_on_the_sessions_worker_and_reads_what_the_statement_
             # tail is one row with both tags).
             assert set(called) == {"s", "c", "p", "t", "r", "x", "b", "l", "q", "u", "k"}
             for sid in (fork, grand):  # the session row only: the store reads it otherwise
-                rows = vr._fetch(conn, True, vr.ROUTED_VIEW_CALL, [sid, store.tenant, 1])
+                rows = vr._fetch(
+                    conn, True, vr.ROUTED_VIEW_CALL, [sid, store.tenant, 1], routed=True
+                )
                 assert rows is not None and list(rows) == ["s"]
-            assert vr._fetch(conn, True, vr.ROUTED_VIEW_CALL, [root, "other", 1]) == {}
+            assert vr._fetch(conn, True, vr.ROUTED_VIEW_CALL, [root, "other", 1], routed=True) == {}
         log.recording = True
         view = store.view(root)
         log.recording = False

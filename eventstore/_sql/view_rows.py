@@ -369,9 +369,16 @@ def _in_one_query(
 
 
 def _fetch(
-    conn: Connection, pg: bool, sql: str, params: list[Any], *, alone: bool = False
+    conn: Connection,
+    pg: bool,
+    sql: str,
+    params: list[Any],
+    *,
+    alone: bool = False,
+    routed: bool = False,
 ) -> _Tagged | None:
-    """The statement's rows by tag, or ``None`` when SQLite cannot run it.
+    """The statement's rows by tag, or ``None`` when SQLite cannot run it (``routed``:
+    the rows of :func:`routed_view_function`, whose tag may name two).
 
     ``alone``: the statement is all the read there is, so it runs outside a transaction
     (on Postgres that saves the ``BEGIN`` and ``ROLLBACK`` round trips; one statement
@@ -415,9 +422,13 @@ def _fetch(
         if manual and not driver.closed:  # a lost connection has left the pool
             driver.autocommit = False
     by: _Tagged = {}
+    if routed:
+        for r in fetched:
+            for tag in _BOTH.get(r[0], (r[0],)):
+                by.setdefault(tag, []).append(r)
+        return by
     for r in fetched:
-        for tag in _BOTH.get(r[0], (r[0],)):
-            by.setdefault(tag, []).append(r)
+        by.setdefault(r[0], []).append(r)
     return by
 
 
@@ -717,7 +728,8 @@ def view_rows_at_once(
     bound = _NO_BOUND if as_of is None else as_of
     pg = conn.dialect.name == "postgresql"
     began = conn.in_transaction()
-    if routes_views(conn):
+    routed = routes_views(conn)
+    if routed:
         if not began and conn.in_transaction():
             # Asking opened a transaction (once per pooled connection): Citus sends the
             # call to the worker only outside one.
@@ -727,7 +739,7 @@ def view_rows_at_once(
         sql, template = _alone_statement(pg, placeholder, is_distributed(conn))
         values = {_SESSION: session_id, _TENANT: tenant, _BOUND: bound}
         params = [values.get(p, p) for p in template]
-    by = _fetch(conn, pg, sql, params, alone=True)
+    by = _fetch(conn, pg, sql, params, alone=True, routed=routed)
     if by is None:
         return None
     session = by.get("s")
