@@ -40,6 +40,7 @@ __all__ = [
     "AlreadyDistributed",
     "is_distributed",
     "routes_appends",
+    "routes_views",
     "forget_distribution",
     "partition_by_session",
     "partitions_of",
@@ -124,8 +125,9 @@ def is_distributed(conn: Connection, *, fresh: bool = False) -> bool:
     before learns it from :func:`forget_distribution`), or now with ``fresh``.
 
     Citus sends a statement whole to the session's worker only when each condition shows
-    it the session's value: on a distributed store a view's one statement names its
-    parameters where they are used, a fork's view (two sessions) goes statement by
+    it the session's value: on a distributed store a view is one call of the routed view
+    function (:func:`routes_views`; without it, the view's one statement names its
+    parameters where they are used), a fork's view (two sessions) goes statement by
     statement, and each write sets its lock timeout for its transaction."""
     if conn.dialect.name != "postgresql":
         return False
@@ -163,7 +165,8 @@ def forget_distribution() -> None:
 
 class AlreadyDistributed(Exception):
     """:func:`distribute_citus` found the tables distributed: nothing to do but what
-    :attr:`statements` (the routed append's function, where it was missing) did."""
+    :attr:`statements` (the routed functions, where they were missing or out of date)
+    did."""
 
     def __init__(self, statements: list[str]) -> None:
         super().__init__("already distributed")
@@ -178,19 +181,72 @@ def _routed_append_statements(conn: Connection) -> list[str]:
     return [postgres.ROUTED_FUNCTION_DDL, postgres.ROUTED_DISTRIBUTE]
 
 
+def _routed_view_statements(conn: Connection) -> list[str]:
+    """The statements that create (or bring up to date) the routed view's function and
+    distribute it by the session (see :func:`eventstore._sql.view_rows.routed_view_function`);
+    none when it is there as this version writes it."""
+    from ._sql import view_rows
+
+    if _routed_view_source(conn) == _view_source():
+        return []
+    # CREATE OR REPLACE of a distributed function reaches the workers by itself.
+    distributed = _distributed_function(conn, view_rows.ROUTED_VIEW_SIGNATURE)
+    return [view_rows.routed_view_function()] + (
+        [] if distributed else [view_rows.ROUTED_VIEW_DISTRIBUTE]
+    )
+
+
+def _view_source() -> str:
+    """The body of the routed view's function as this version writes it."""
+    from ._sql import view_rows
+
+    ddl = view_rows.routed_view_function()
+    return ddl[ddl.index("$$") + 2 : ddl.rindex("$$")]
+
+
+def _routed_view_source(conn: Connection) -> str | None:
+    """The body of the routed view's function in ``conn``'s database, if it is there."""
+    from ._sql import view_rows
+
+    return conn.exec_driver_sql(
+        "SELECT prosrc FROM pg_proc "
+        f"WHERE oid = to_regprocedure('{view_rows.ROUTED_VIEW_SIGNATURE}')"
+    ).scalar()
+
+
+def _distributed_function(conn: Connection, signature: str) -> bool:
+    """Whether the function of ``signature`` is there, distributed by an argument."""
+    return bool(
+        conn.exec_driver_sql(
+            "SELECT EXISTS (SELECT 1 FROM pg_dist_object o "
+            "WHERE o.classid = 'pg_proc'::regclass "
+            f"AND o.objid = to_regprocedure('{signature}') "
+            "AND o.distribution_argument_index IS NOT NULL)"
+        ).scalar()
+    )
+
+
 def _has_routed_append(conn: Connection) -> bool:
     """Whether this version's routed append function is there, distributed (by its
     signature: an earlier version's, of other argument types, is not what appends call)."""
     from ._append import postgres
 
-    return bool(
-        conn.exec_driver_sql(
-            "SELECT EXISTS (SELECT 1 FROM pg_dist_object o "
-            "WHERE o.classid = 'pg_proc'::regclass "
-            f"AND o.objid = to_regprocedure('{postgres.ROUTED_SIGNATURE}') "
-            "AND o.distribution_argument_index IS NOT NULL)"
-        ).scalar()
-    )
+    return _distributed_function(conn, postgres.ROUTED_SIGNATURE)
+
+
+def _routed_append_settings(conn: Connection) -> list[str]:
+    """The statement that gives an earlier version's routed append function the plan
+    setting it runs with (see :data:`eventstore._append.postgres.ROUTED_PLANS`), where it
+    lacks it (``ALTER FUNCTION`` of a distributed function reaches the workers)."""
+    from ._append import postgres
+
+    config = conn.exec_driver_sql(
+        f"SELECT proconfig FROM pg_proc WHERE oid = to_regprocedure('{postgres.ROUTED_SIGNATURE}')"
+    ).scalar()
+    if postgres.ROUTED_PLANS in (config or ()):
+        return []
+    name, value = postgres.ROUTED_PLANS.split("=")
+    return [f"ALTER FUNCTION {postgres.ROUTED_SIGNATURE} SET {name} = {value}"]
 
 
 #: Key in a pooled connection's ``info``: whether appends go through the routed function.
@@ -220,6 +276,27 @@ def routes_appends(conn: Connection) -> bool:
     return known
 
 
+#: Key in a pooled connection's ``info``: whether views go through the routed function.
+_ROUTED_VIEW = "eventstore.routed_view"
+
+
+def routes_views(conn: Connection) -> bool:
+    """Whether a view on ``conn`` is read by one call of the routed view's function: the
+    tables are distributed (:func:`is_distributed`) and the function is there as this
+    version writes it (``db distribute`` creates it, and brings an earlier version's up to
+    date). Otherwise a distributed store reads a view with its one statement, which Citus
+    plans twice on every view. Asked once per pooled connection, as
+    :func:`is_distributed` is."""
+    if not is_distributed(conn):
+        return False
+    mark = conn.info.get(_ROUTED_VIEW)
+    if mark is not None and mark[0] == _epoch:
+        return bool(mark[1])
+    known = _routed_view_source(conn) == _view_source()
+    conn.info[_ROUTED_VIEW] = (_epoch, known)
+    return known
+
+
 def _workers(conn: Connection) -> int:
     """How many active primary workers this database has registered."""
     return int(
@@ -243,9 +320,13 @@ def distribute_citus(engine: Engine) -> list[str]:
     with engine.begin() as conn:
         already = conn.dialect.name == "postgresql" and is_distributed(conn, fresh=True)
         if already:
-            added = [] if _has_routed_append(conn) else _routed_append_statements(conn)
+            if _has_routed_append(conn):
+                added = _routed_append_settings(conn)
+            else:
+                added = _routed_append_statements(conn)
+            added += _routed_view_statements(conn)
             for sql in added:
-                conn.exec_driver_sql(sql)
+                _run(conn, sql)
     if already:  # (raised once the transaction above committed)
         raise AlreadyDistributed(added)
     with engine.begin() as conn:
@@ -317,6 +398,7 @@ def distribute_citus(engine: Engine) -> list[str]:
         )
         statements.append(f"ALTER DATABASE {name} SET lock_timeout = {DEFAULT_LOCK_TIMEOUT_MS}")
         statements += _routed_append_statements(conn)
+        statements += _routed_view_statements(conn)
         # Distributing copies a populated table's rows to the shards and leaves them in the
         # coordinator's own table too, hidden (no query reads them) but on its disk. Citus's
         # cleanup truncates that copy, which the TRUNCATE guards refuse: they step aside
@@ -330,8 +412,14 @@ def distribute_citus(engine: Engine) -> list[str]:
         for table in _GUARDED_TRUNCATE:
             statements.append(f"ALTER TABLE {table} ENABLE TRIGGER {table}_no_truncate")
         for sql in statements:
-            conn.exec_driver_sql(sql)
+            _run(conn, sql)
         return statements
+
+
+def _run(conn: Connection, sql: str) -> None:
+    """Run one statement of :func:`distribute_citus` as it is written (the driver reads
+    ``%`` as a placeholder's start: the view's function holds ``LIKE`` patterns)."""
+    conn.exec_driver_sql(sql.replace("%", "%%"))
 
 
 #: The tables whose TRUNCATE the append-only guards refuse.

@@ -263,3 +263,100 @@ def test_distribute_without_a_registered_worker_refuses(citus_url: str) -> None:
         with admin.connect() as conn:
             conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
         admin.dispose()
+
+
+def test_a_view_is_one_call_on_the_sessions_worker_and_reads_what_the_statement_reads(
+    distributed_url: str,
+) -> None:
+    """The routed view's function gives the rows of the one statement a plain Postgres
+    store sends, for a session with everything a view reads (pins in and before the
+    tail, hiding and truncating prunes, requests, breaker events, model calls), at every
+    seq; a view is one delegated call, committed without two-phase commit; a fork is
+    left to the statement-by-statement read."""
+    from eventstore._sql import view_rows as vr
+    from tests.test_views import _busy_lineage
+
+    log = _RemoteCommands(distributed_url)
+    store = EventStore(engine=log.engine, tenant=f"t-{uuid.uuid4().hex}")
+    try:
+        root, fork, grand = _busy_lineage(store)
+        statement, template = vr._alone_statement(True, "$", True)
+        with store.engine.connect() as conn:
+            assert vr.routes_views(conn)
+            head = store.head(root)
+            for as_of in [*range(1, head + 1), None]:
+                bound = vr._NO_BOUND if as_of is None else as_of
+                values = {vr._SESSION: root, vr._TENANT: store.tenant, vr._BOUND: bound}
+                params = [values.get(p, p) for p in template]
+                called = vr._fetch(
+                    conn, True, vr.ROUTED_VIEW_CALL, [root, store.tenant, bound], routed=True
+                )
+                sent = vr._fetch(conn, True, statement, params)
+                assert called is not None and sent is not None
+                # (Each row under each of its tags; the tag column itself may name two.)
+                assert {k: sorted(r[1:] for r in v) for k, v in called.items()} == {
+                    k: sorted(r[1:] for r in v) for k, v in sent.items()
+                }, as_of
+            # Every tag the statement has for a busy session came back (a pin in the
+            # tail is one row with both tags).
+            assert set(called) == {"s", "c", "p", "t", "r", "x", "b", "l", "q", "u", "k"}
+            for sid in (fork, grand):  # the session row only: the store reads it otherwise
+                rows = vr._fetch(
+                    conn, True, vr.ROUTED_VIEW_CALL, [sid, store.tenant, 1], routed=True
+                )
+                assert rows is not None and list(rows) == ["s"]
+            assert vr._fetch(conn, True, vr.ROUTED_VIEW_CALL, [root, "other", 1], routed=True) == {}
+        log.recording = True
+        view = store.view(root)
+        log.recording = False
+        assert sum(vr.ROUTED_VIEW_FUNCTION in s for s in log.sent) == 1, log.sent
+        assert not any("PREPARE TRANSACTION" in s for s in log.sent), log.sent
+        assert view.seq == head and view.to_messages()
+        assert store.view(fork).to_messages() and store.view(grand).to_messages()
+    finally:
+        store.close()
+        log.engine.dispose()
+
+
+def test_distributing_again_brings_the_routed_functions_up_to_date(distributed_url: str) -> None:
+    """A database distributed by an earlier version (no view function, an append
+    function without its plan setting) gets both from a second `db distribute`; until
+    then a store reads views with the one statement."""
+    from eventstore._append import postgres
+    from eventstore._sql import view_rows as vr
+
+    engine = create_engine(distributed_url, isolation_level="AUTOCOMMIT")
+    try:
+        with engine.connect() as conn:
+            conn.execute(text(f"DROP FUNCTION {vr.ROUTED_VIEW_SIGNATURE}"))
+            conn.execute(text(f"ALTER FUNCTION {postgres.ROUTED_SIGNATURE} RESET ALL"))
+        store = EventStore(distributed_url, tenant=f"t-{uuid.uuid4().hex}")
+        try:
+            sid = store.create_session().id
+            store.append(sid, [Message.user("one"), Message.user("two")])
+            before = store.view(sid).to_messages()
+            with store.engine.connect() as conn:
+                assert not vr.routes_views(conn)
+        finally:
+            store.close()
+        result = _distribute(distributed_url)
+        assert result.exit_code == 0, result.output
+        assert "added the routed functions" in result.output
+        assert "plan_cache_mode" in result.output and vr.ROUTED_VIEW_FUNCTION in result.output
+        with engine.connect() as conn:
+            config = conn.execute(
+                text("SELECT proconfig FROM pg_proc WHERE oid = to_regprocedure(:f)"),
+                {"f": postgres.ROUTED_SIGNATURE},
+            ).scalar()
+            assert postgres.ROUTED_PLANS in config
+        store = EventStore(distributed_url, tenant=store.tenant)
+        try:
+            with store.engine.connect() as conn:
+                assert vr.routes_views(conn)
+            assert store.view(sid).to_messages() == before
+        finally:
+            store.close()
+        again = _distribute(distributed_url)
+        assert "nothing to do" in again.output, again.output
+    finally:
+        engine.dispose()

@@ -720,6 +720,8 @@ def test_a_condensation_the_query_misreads_is_read_statement_by_statement(
         with monkeypatch.context() as m:
             for name, expr in wrong.items():
                 m.setattr(_view_rows, name, expr)
+            # The statement built here, not a function `db distribute` stored on Citus.
+            m.setattr(_view_rows, "routes_views", lambda conn: False)
             _view_rows._alone_statement.cache_clear()  # built again with the wrong reading
             with store.engine.connect() as conn:
                 segments, head = lineage_and_head(conn, store.tenant, sid)

@@ -23,6 +23,7 @@ first and falls back to :func:`view_rows` (forks, replicas, other drivers).
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import sqlite3
 from collections.abc import Iterable, Sequence
@@ -33,7 +34,7 @@ from sqlalchemy.engine import Connection
 
 from .._engine import driver_error
 from ..codec import decode_row
-from ..distribution import forget_distribution, is_distributed
+from ..distribution import forget_distribution, is_distributed, routes_views
 from ..errors import InvalidEventError, ReadAgain
 from ..events import Condensation, Prune
 from ..records import StoredEvent
@@ -43,7 +44,14 @@ from . import blobs
 from .lineage import AUDITING, Segment, check_lookup, clip, lineage_and_head, not_found, owner_of
 from .pages import BREAKER_PREFIX, READ_COLUMNS, latest_in, row_to_stored
 
-__all__ = ["view_rows", "view_rows_at_once"]
+__all__ = [
+    "view_rows",
+    "view_rows_at_once",
+    "routed_view_function",
+    "ROUTED_VIEW_FUNCTION",
+    "ROUTED_VIEW_SIGNATURE",
+    "ROUTED_VIEW_DISTRIBUTE",
+]
 
 
 # --------------------------------------------------------------------------- statement builder
@@ -234,13 +242,21 @@ _UNREAD = 9223372036854775806
 _BREAKER_LIKE = '\'%"name":"' + BREAKER_PREFIX.replace("'", "''") + "%'"
 
 
+def _probe(g: int, session: str, lo: str, hi: str, more: str = "") -> str:
+    """The latest condensation of ``session`` in ``lo..hi`` (one backward probe of the
+    kind index), with ``more`` columns."""
+    return (
+        f"SELECT {g} AS g, {_EV}{more} FROM events WHERE session_id = {session} "
+        f"AND {kind_sql('condensation')} AND seq >= {lo} AND seq <= {hi} "
+        "ORDER BY seq DESC LIMIT 1"
+    )
+
+
 def _build(q: _Query, segs: list[Segment], segments: Sequence[Segment], as_of: int) -> str:
     """The combined statement; each row is tagged with what it is (``src``) and the index
     ``g`` of its segment (in ``segs``, or in ``segments`` for fork compactions)."""
     probe = [
-        f"SELECT * FROM (SELECT {g} AS g, {_EV} FROM events WHERE session_id = {q.p(s.owner)} "
-        f"AND {kind_sql('condensation')} AND seq >= {q.p(s.lo)} AND seq <= {q.p(s.hi)} "
-        f"ORDER BY seq DESC LIMIT 1) AS c{g}"
+        f"SELECT * FROM ({_probe(g, q.p(s.owner), q.p(s.lo), q.p(s.hi))}) AS c{g}"
         for g, s in enumerate(segs)
     ]
     cte = " UNION ALL ".join(probe) + (" ORDER BY seq DESC LIMIT 1" if len(probe) > 1 else "")
@@ -353,9 +369,16 @@ def _in_one_query(
 
 
 def _fetch(
-    conn: Connection, pg: bool, sql: str, params: list[Any], *, alone: bool = False
+    conn: Connection,
+    pg: bool,
+    sql: str,
+    params: list[Any],
+    *,
+    alone: bool = False,
+    routed: bool = False,
 ) -> _Tagged | None:
-    """The statement's rows by tag, or ``None`` when SQLite cannot run it.
+    """The statement's rows by tag, or ``None`` when SQLite cannot run it (``routed``:
+    the rows of :func:`routed_view_function`, whose tag may name two).
 
     ``alone``: the statement is all the read there is, so it runs outside a transaction
     (on Postgres that saves the ``BEGIN`` and ``ROLLBACK`` round trips; one statement
@@ -399,6 +422,11 @@ def _fetch(
         if manual and not driver.closed:  # a lost connection has left the pool
             driver.autocommit = False
     by: _Tagged = {}
+    if routed:
+        for r in fetched:
+            for tag in _BOTH.get(r[0], (r[0],)):
+                by.setdefault(tag, []).append(r)
+        return by
     for r in fetched:
         by.setdefault(r[0], []).append(r)
     return by
@@ -511,6 +539,31 @@ _FORKS: set[str] = set()
 _FORKS_KEPT = 4096
 
 
+def _session_row(q: _Query, session: str, tenant: str) -> str:
+    """The session row: its head, whether it is deleted or a fork (in the event columns)."""
+    return (
+        f"SELECT 's', 0, head_seq, parent_id, CAST(NULL AS VARCHAR), deleted_at, "
+        f"{q.nulls('TEXT', 'INTEGER', 'VARCHAR', 'INTEGER', 'INTEGER', 'BIGINT', 'TEXT')} "
+        f"FROM sessions WHERE id = {session} AND tenant = {tenant}"
+    )
+
+
+def _keep_prunes(q: _Query, session: str, routed: bool = False) -> str:
+    """The prunes that may truncate instead of hiding, up to the ``seq`` condition that
+    names the stamps on the view's parts (``routed``: see :func:`routed_view_function`)."""
+    keep = f"{_UNSTATED if routed else 'payload'} LIKE {q.literal(_KEEP_LIKE)}"
+    return (
+        f"SELECT 'k', 0, seq, CAST(NULL AS VARCHAR), kind, "
+        f"{q.nulls('ts')}, payload, "
+        f"{q.nulls('INTEGER', 'VARCHAR', 'INTEGER', 'INTEGER', 'BIGINT', 'TEXT')} "
+        f"FROM events WHERE session_id = {session} AND {keep} "
+        # A primary-key probe per stamp, never a scan of the session's prunes (so no
+        # condition on the kind here for the planner to scan by: it is checked after); a
+        # stamp after as_of is dropped with its part state.
+        "AND seq "
+    )
+
+
 @functools.cache
 def _alone_statement(
     pg: bool, placeholder: str, inline: bool = False
@@ -522,24 +575,8 @@ def _alone_statement(
     session, bound = cast(str, _SESSION), cast(int, _BOUND)
     segs = [Segment(session, 1, bound)]
     sql = _build(q, segs, segs, bound)
-    # The session row: its head, whether it is deleted or a fork (in the event columns).
-    sql += (
-        f" UNION ALL SELECT 's', 0, head_seq, parent_id, CAST(NULL AS VARCHAR), deleted_at, "
-        f"{q.nulls('TEXT', 'INTEGER', 'VARCHAR', 'INTEGER', 'INTEGER', 'BIGINT', 'TEXT')} "
-        f"FROM sessions WHERE id = {q.p(session)} AND tenant = {q.p(_TENANT)}"
-    )
-    # The prunes that stamped the view's parts and may truncate instead of hiding.
-    sql += (
-        f" UNION ALL SELECT 'k', 0, seq, CAST(NULL AS VARCHAR), kind, "
-        f"{q.nulls('ts')}, payload, "
-        f"{q.nulls('INTEGER', 'VARCHAR', 'INTEGER', 'INTEGER', 'BIGINT', 'TEXT')} "
-        f"FROM events WHERE session_id = {q.p(session)} "
-        f"AND payload LIKE {q.literal(_KEEP_LIKE)} "
-        # A primary-key probe per stamp, never a scan of the session's prunes (so no
-        # condition on the kind here for the planner to scan by: it is checked after); a
-        # stamp after as_of is dropped with its part state.
-        f"AND seq {'= ANY(ARRAY(' if q.pg else 'IN ('}"
-    )
+    sql += f" UNION ALL {_session_row(q, q.p(session), q.p(_TENANT))}"
+    sql += f" UNION ALL {_keep_prunes(q, q.p(session))}{'= ANY(ARRAY(' if q.pg else 'IN ('}"
     where = f"session_id = {q.p(session)} AND compacted_seq IS NOT NULL"
     sql += f"SELECT compacted_seq {q.at_pins('parts', where, 1, bound)} UNION ALL "
     sql += f"SELECT compacted_seq FROM parts WHERE session_id = {q.p(session)} "
@@ -547,6 +584,121 @@ def _alone_statement(
         f"AND compacted_seq IS NOT NULL AND seq >= (SELECT ft FROM b) + 1 AND seq <= {q.p(bound)}"
     )
     return q.text(sql + ("))" if q.pg else ")")), tuple(q.params)
+
+
+# --------------------------------------------------------------------------- on Citus
+
+#: The function a store on Citus reads a view with (see :func:`routed_view_function`).
+ROUTED_VIEW_FUNCTION = "eventstore_view_routed"
+ROUTED_VIEW_SIGNATURE = f"{ROUTED_VIEW_FUNCTION}(varchar, varchar, bigint)"
+#: Its call, with the session, the tenant and the upper bound.
+ROUTED_VIEW_CALL = f"SELECT * FROM {ROUTED_VIEW_FUNCTION}($1, $2, $3)"
+#: Distributes it by the session, co-located with ``sessions``.
+ROUTED_VIEW_DISTRIBUTE = (
+    f"SELECT create_distributed_function('{ROUTED_VIEW_SIGNATURE}', 'a_session', "
+    "colocate_with => 'sessions')"
+)
+#: The columns of the statement's rows, as Postgres types them.
+_ROW = (
+    ("src", "text"), ("g", "integer"), ("seq", "integer"), ("id", "varchar"),
+    ("kind", "varchar"), ("created_at", "timestamptz"), ("payload", "text"),
+    ("token_count", "integer"), ("hash", "varchar"), ("idx", "integer"),
+    ("compacted_seq", "integer"), ("ft", "bigint"), ("pins", "text"),
+)  # fmt: skip
+#: The payload as an expression the planner has no statistics for: it plans each of the
+#: function's statements on every call, and estimating a pattern over the payload's
+#: histogram (large, compressed values) took a quarter of the worker's CPU.
+_UNSTATED = "(payload || '')"
+#: A row the function reads once for two of the statement's branches (a pinned seq in
+#: the tail) carries both tags.
+_BOTH = {"pt": ("p", "t"), "qu": ("q", "u")}
+
+
+@functools.cache
+def routed_view_function() -> str:
+    """``CREATE FUNCTION`` for :func:`view_rows_at_once`'s statement on Citus: a function
+    of the session, the tenant and the upper bound that returns the statement's rows.
+
+    On Citus the one statement is planned twice on every view (the coordinator's planner
+    over a dozen branches, then the worker's), which cost several times the reading.
+    Distributed by the session and co-located with ``sessions`` (``db distribute``), a
+    call goes whole to the session's worker, where each statement in it reads one table
+    for one session (Citus's fast path, planned without its router planner). Each such
+    statement still costs the worker about 0.3 ms of planning there (Citus 13 re-plans
+    a statement whose session is a parameter on every execution), so the branches are
+    folded into four: the session row, the condensation, the events the view needs
+    (the newest breaker event and model call by ``DISTINCT ON``) and the parts, whose
+    stamps name the prunes read last (only when there are some). ``STABLE``: every
+    statement reads the call's one snapshot, as the one statement does.
+    ``force_custom_plan``: with the generic plans PL/pgSQL would settle on, Citus 13
+    plans the shard's statement again on every call anyway and keeps each plan, so the
+    worker's connection grew by about 50 MB a second under repeated views. A test holds
+    the function and the statement to the same rows (``tests/test_citus.py``)."""
+    q = _Query(True, "$", inline=True)
+    out = ", ".join(f"r_{n}" for n, _ in _ROW)
+    cond = ", ".join(f"r_{n}" for n, _ in _ROW if n not in ("src", "idx", "compacted_seq"))
+    more = f", COALESCE({_PG_FORGOTTEN_TO}, {_UNREAD}), {_PG_PINNED}"
+    # One row per request, prune and message; the newest breaker event and model call.
+    newest = "CASE WHEN kind IN ('custom', 'llm_call') THEN kind ELSE CAST(seq AS TEXT) END"
+    after_ft, after_cs = "seq >= v_ft + 1", "seq >= v_cs + 1"
+    ev_nulls = q.nulls("INTEGER", "INTEGER", "BIGINT", "TEXT")
+    view_events = (
+        f"SELECT DISTINCT ON ({newest}) CASE kind WHEN 'message' THEN CASE WHEN seq = "
+        f"ANY(v_pin) THEN CASE WHEN {after_ft} THEN 'pt' ELSE 'p' END ELSE 't' END "
+        "WHEN 'condensation_request' THEN 'r' WHEN 'prune' THEN 'x' WHEN 'custom' THEN 'b' "
+        f"ELSE 'l' END, 0, {_EV}, {ev_nulls} FROM events WHERE session_id = a_session "
+        f"AND seq >= 1 AND seq <= a_bound AND (({kind_sql('message')} "
+        f"AND (seq = ANY(v_pin) OR {after_ft})) "
+        f"OR ({kind_sql('condensation_request')} AND {after_cs}) "
+        f"OR ({kind_sql('prune')} AND {after_ft} AND {_UNSTATED} NOT LIKE {_KEEP_LIKE}) "
+        f"OR ({kind_sql('custom')} AND {after_cs} AND {_UNSTATED} LIKE {_BREAKER_LIKE}) "
+        f"OR ({kind_sql('llm_call')} AND {after_cs})) ORDER BY {newest}, seq DESC"
+    )
+    view_parts = (
+        "SELECT CASE WHEN seq = ANY(v_pin) THEN CASE WHEN seq >= v_ft + 1 THEN 'qu' "
+        "ELSE 'q' END ELSE 'u' END, seq, token_count, idx, compacted_seq FROM parts "
+        "WHERE session_id = a_session AND seq >= 1 AND seq <= a_bound "
+        "AND (seq = ANY(v_pin) OR seq >= v_ft + 1)"
+    )
+    ddl = f"""CREATE OR REPLACE FUNCTION {ROUTED_VIEW_FUNCTION}(
+    a_session varchar, a_tenant varchar, a_bound bigint)
+RETURNS TABLE ({", ".join(f"r_{n} {t}" for n, t in _ROW)}) AS $$
+DECLARE
+    v_cs bigint := 0; v_ft bigint := 0; v_pin bigint[]; v_stamps integer[];
+BEGIN
+    {_session_row(q, "a_session", "a_tenant")} INTO {out};
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    RETURN NEXT;
+    IF r_id IS NOT NULL THEN  -- a fork: the store reads it statement by statement
+        RETURN;
+    END IF;
+    {_probe(0, "a_session", "1", "a_bound", more)} INTO {cond};
+    IF FOUND THEN
+        r_src := 'c'; r_idx := NULL; r_compacted_seq := NULL;
+        v_cs := r_seq; v_ft := r_ft;
+        v_pin := CAST(string_to_array(r_pins, ',') AS bigint[]);
+        RETURN NEXT;
+    END IF;
+    RETURN QUERY {view_events};
+    r_g := 0; r_id := NULL; r_kind := NULL; r_created_at := NULL; r_payload := NULL;
+    r_hash := NULL; r_ft := NULL; r_pins := NULL;
+    FOR r_src, r_seq, r_token_count, r_idx, r_compacted_seq IN {view_parts} LOOP
+        IF r_compacted_seq IS NOT NULL THEN
+            v_stamps := v_stamps || r_compacted_seq;
+        END IF;
+        RETURN NEXT;
+    END LOOP;
+    IF v_stamps IS NOT NULL THEN
+        RETURN QUERY {_keep_prunes(q, "a_session", routed=True)}= ANY(v_stamps);
+    END IF;
+END;
+$$ LANGUAGE plpgsql STABLE SET plan_cache_mode = force_custom_plan"""
+    # The body names the version of the whole definition (its settings too), so that
+    # a store can tell from the body alone that the function is this version's.
+    version = hashlib.sha1(ddl.encode()).hexdigest()[:16]
+    return ddl.replace("AS $$\n", f"AS $$\n-- eventstore view {version}\n", 1)
 
 
 def view_rows_at_once(
@@ -575,11 +727,19 @@ def view_rows_at_once(
     check_lookup(tenant, session_id)
     bound = _NO_BOUND if as_of is None else as_of
     pg = conn.dialect.name == "postgresql"
-    distributed = is_distributed(conn)
-    sql, template = _alone_statement(pg, placeholder, distributed)
-    values = {_SESSION: session_id, _TENANT: tenant, _BOUND: bound}
-    params = [values.get(p, p) for p in template]
-    by = _fetch(conn, pg, sql, params, alone=True)
+    began = conn.in_transaction()
+    routed = routes_views(conn)
+    if routed:
+        if not began and conn.in_transaction():
+            # Asking opened a transaction (once per pooled connection): Citus sends the
+            # call to the worker only outside one.
+            conn.rollback()
+        sql, params = ROUTED_VIEW_CALL, [session_id, tenant, bound]
+    else:
+        sql, template = _alone_statement(pg, placeholder, is_distributed(conn))
+        values = {_SESSION: session_id, _TENANT: tenant, _BOUND: bound}
+        params = [values.get(p, p) for p in template]
+    by = _fetch(conn, pg, sql, params, alone=True, routed=routed)
     if by is None:
         return None
     session = by.get("s")

@@ -165,7 +165,7 @@ def db_distribute(state: State, partitions: int | None, as_json: bool) -> None:
             emit_json({"url": _display_url(state), "ok": True, "mode": "citus",
                        "already": True, "statements": done.statements})  # fmt: skip
             return
-        added = "; added the routed append's function:" if done.statements else "; nothing to do"
+        added = "; added the routed functions:" if done.statements else "; nothing to do"
         click.echo(f"{_display_url(state)} is already distributed with Citus{added}")
         for sql in done.statements:
             click.echo(f"  {sql};")
