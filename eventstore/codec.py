@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, get_args
 
+from annotated_types import MaxLen, MinLen
 from pydantic import ValidationError
 from pydantic_core import PydanticSerializationError, to_json
 
@@ -36,6 +37,7 @@ from .events import (
     FilePart,
     Message,
     Part,
+    ProviderPart,
     Queued,
     ReasoningPart,
     Role,
@@ -247,6 +249,19 @@ def _message_plain(m: Message) -> dict[str, Any] | None:
                 result["tool_call_id"] = call_id
                 result["type"] = "tool_result"
                 plain_parts.append(result)
+            elif type(part) is ProviderPart:
+                provider, item = p["provider"], p["item"]
+                if (
+                    type(p["type"]) is not str
+                    or p["type"] != "provider"
+                    or type(provider) is not str
+                    or not _PROVIDER_MIN <= len(provider) <= _PROVIDER_MAX
+                    or type(item) is not dict
+                ):
+                    return None
+                plain_parts.append(
+                    {"item": _sorted_plain(item, 3), "provider": provider, "type": "provider"}
+                )
             else:  # ReasoningPart
                 fmt, redacted, signature, text = (
                     p["format"], p["redacted_data"], p["signature"], p["text"]
@@ -283,7 +298,7 @@ def _message_plain(m: Message) -> dict[str, Any] | None:
 
 
 #: The part classes :func:`_message_plain` writes itself.
-_PLAIN_PARTS = frozenset({TextPart, ToolCallPart, ToolResultPart, ReasoningPart})
+_PLAIN_PARTS = frozenset({TextPart, ToolCallPart, ToolResultPart, ReasoningPart, ProviderPart})
 
 #: The fields :func:`_message_plain` writes, by class.
 _PLAIN_FIELDS: dict[type[Any], frozenset[str]] = {
@@ -295,7 +310,27 @@ _PLAIN_FIELDS: dict[type[Any], frozenset[str]] = {
     ToolCallPart: frozenset({"type", "id", "name", "arguments", "call_type"}),
     ToolResultPart: frozenset({"type", "tool_call_id", "name", "output", "is_error", "state"}),
     ReasoningPart: frozenset({"type", "text", "signature", "redacted_data", "format"}),
+    ProviderPart: frozenset({"type", "provider", "item"}),
 }  # fmt: skip
+
+
+def _length_bounds(cls: type[Any], name: str) -> tuple[int, int] | None:
+    """The least and greatest length the field ``name`` of ``cls`` accepts, when a minimum
+    and a maximum length are its only constraints (:func:`_message_plain` checks them
+    itself); else None."""
+    from annotated_types import MaxLen, MinLen
+
+    metadata = cls.model_fields[name].metadata
+    lows = [m.min_length for m in metadata if type(m) is MinLen]
+    highs = [m.max_length for m in metadata if type(m) is MaxLen]
+    if len(lows) != 1 or len(highs) != 1 or len(metadata) != 2:
+        return None
+    return lows[0], highs[0]
+
+
+#: The provider name's length limits (a ``ProviderPart`` outside them is refused by its
+#: validator, so :func:`_message_plain` leaves it to the general path).
+_PROVIDER_MIN, _PROVIDER_MAX = _length_bounds(ProviderPart, "provider") or (1, 0)
 
 
 def _plain_dump(cls: type[Any]) -> bool:
@@ -327,7 +362,8 @@ _MESSAGE_FIELDS_KNOWN = all(_plain_dump(cls) for cls in _PLAIN_FIELDS)
 def _validates_types_only(cls: type[Any]) -> bool:
     """Whether validating ``cls`` from JSON checks nothing but each field's type (and its
     literals): no validators but ``created_at``'s own (which the caller checks), no
-    constraints on a field. Then data of exactly those types always reads back."""
+    constraints on a field but a ``ProviderPart``'s provider length (which
+    :func:`_message_plain` checks). Then data of exactly those types always reads back."""
     decorators = cls.__pydantic_decorators__
     validators = {
         name
@@ -339,7 +375,11 @@ def _validates_types_only(cls: type[Any]) -> bool:
         and not decorators.model_validators
         and not decorators.validators
         and not decorators.root_validators
-        and all(not f.metadata for f in cls.model_fields.values())
+        and all(
+            not f.metadata
+            or (cls is ProviderPart and name == "provider" and _length_bounds(cls, name))
+            for name, f in cls.model_fields.items()
+        )
     )
 
 
