@@ -318,8 +318,6 @@ def _length_bounds(cls: type[Any], name: str) -> tuple[int, int] | None:
     """The least and greatest length the field ``name`` of ``cls`` accepts, when a minimum
     and a maximum length are its only constraints (:func:`_message_plain` checks them
     itself); else None."""
-    from annotated_types import MaxLen, MinLen
-
     metadata = cls.model_fields[name].metadata
     lows = [m.min_length for m in metadata if type(m) is MinLen]
     highs = [m.max_length for m in metadata if type(m) is MaxLen]
@@ -541,7 +539,8 @@ _EVENT_CLASSES = frozenset(get_args(get_args(Event)[0]))
 
 def _payload(event: Event) -> tuple[str, int]:
     """:func:`encode_event`'s text and its size in UTF-8 bytes."""
-    return _payload_proven(event)[:2]
+    text, size, _proven, _raw = _payload_proven(event)
+    return text, size
 
 
 #: Whether a custom event's payload written by :func:`_custom_json` needs no read-back parse
@@ -569,8 +568,9 @@ def _custom_json(event: Custom) -> bytes | None:
         return None
 
 
-def _payload_proven(event: Event) -> tuple[str, int, bool]:
-    """:func:`_payload`, and whether the payload is proven to read back: a message whose
+def _payload_proven(event: Event) -> tuple[str, int, bool, bytes]:
+    """:func:`_payload`, whether the payload is proven to read back, and its UTF-8 bytes
+    (what the text was decoded from: the hash reads them). Proven: a message whose
     every field held exactly its annotated type (see :func:`_message_plain`), of classes
     whose validation checks nothing past those types (:data:`_READ_BACK_PROVEN`), with a
     timezone-aware ``created_at`` or none. Such a payload needs no read-back parse."""
@@ -586,13 +586,13 @@ def _payload_proven(event: Event) -> tuple[str, int, bool]:
                 proven = _READ_BACK_PROVEN and (
                     when is None or (type(when) is datetime and when.tzinfo is not None)
                 )
-                return raw.decode("utf-8"), len(raw), proven
+                return raw.decode("utf-8"), len(raw), proven, raw
     if type(event) is Custom and _CUSTOM_PROVEN:
         custom = _custom_json(event)
         if custom is not None:
             when = event.__dict__.get("created_at")
             proven = when is None or (type(when) is datetime and when.tzinfo is not None)
-            return custom.decode("utf-8"), len(custom), proven
+            return custom.decode("utf-8"), len(custom), proven, custom
     if type(event) in _EVENT_CLASSES:
         data = event.__pydantic_serializer__.to_python(
             event, mode="json", exclude_none=True, exclude=_COLUMNS
@@ -600,7 +600,7 @@ def _payload_proven(event: Event) -> tuple[str, int, bool]:
     else:  # a subclass (or anything else): exactly as the union dumps it
         data = EVENT_ADAPTER.dump_python(event, mode="json", exclude_none=True, exclude=_COLUMNS)
     raw = canonical_json_bytes(data)
-    return raw.decode("utf-8"), len(raw), False
+    return raw.decode("utf-8"), len(raw), False, raw
 
 
 def decode_event(kind: str, payload: str, event_id: str, created_at: datetime) -> Event:
@@ -715,12 +715,13 @@ def chain_hash(
 
 
 def chain_hash_ts(
-    prev: str | None, seq: int, event_id: str, kind: str, ts: str, payload: str
+    prev: str | None, seq: int, event_id: str, kind: str, ts: str, payload: str | bytes
 ) -> str:
     """:func:`chain_hash` with the time already formatted by :func:`format_ts` (a batch
-    formats each distinct time once)."""
+    formats each distinct time once), and the payload as text or as its UTF-8 bytes
+    (an append has them from the encoder: the text is not encoded a second time)."""
     h = hashlib.sha256(f"{prev or ''}\n{seq}\n{event_id}\n{kind}\n{ts}\n".encode())
-    h.update(payload.encode("utf-8"))
+    h.update(payload if isinstance(payload, bytes) else payload.encode("utf-8"))
     return h.hexdigest()
 
 
@@ -819,6 +820,9 @@ class Encoded:
     named: tuple[str, ...] = ()
     """The blob references the stored event names (:func:`blob_refs`): the ones whose
     bytes are in :attr:`blobs`, and any it names by digest alone."""
+    raw: bytes | None = None
+    """:attr:`payload` as UTF-8 bytes, when the encoder made them (the hash chain reads
+    them rather than encoding the text again)."""
 
 
 def sole_text(evt: Event) -> bool:
@@ -928,21 +932,21 @@ def encode(evt: Event, counter: TokenCounter, blob_threshold: int | None = None)
                     stored, blobs = _strip_blobs(evt, blob_threshold)
                 named = tuple(blob_refs(stored))
                 break
-        payload, size, proven = _payload_proven(stored)
+        payload, size, proven, raw = _payload_proven(stored)
         total, rows = plain_parts(parts, counter)
         if len(rows) == 1 and rows[0]["type"] == "text":
             rows = []  # a sole text part of a subclass of its own: its row is implied too
-        return Encoded(stored, stored.kind, payload, size, total, rows, blobs, proven, named)
+        return Encoded(stored, stored.kind, payload, size, total, rows, blobs, proven, named, raw)
     named = tuple(blob_refs(evt)) if isinstance(evt, Queued) else ()
-    payload, size, proven = _payload_proven(evt)
+    payload, size, proven, raw = _payload_proven(evt)
     if isinstance(evt, Condensation):
         total = evt.summary_tokens or (counter.count(evt.summary) if evt.summary else 0)
         if evt.summary and not evt.summary_tokens:
             evt = evt.model_copy(update={"summary_tokens": total})
-            payload, size = _payload(evt)
+            payload, size, proven, raw = _payload_proven(evt)
     else:
         total = 0
-    return Encoded(evt, evt.kind, payload, size, total, [], blobs, proven, named=named)
+    return Encoded(evt, evt.kind, payload, size, total, [], blobs, proven, named, raw)
 
 
 #: Attachments moved out of a payload: none (shared by every encoding without any; never
@@ -963,7 +967,9 @@ def encode_plain(evt: Message, counter: TokenCounter) -> Encoded | None:
     if raw is None:
         return None
     total, rows = plain_parts(evt.__dict__["parts"], counter)
-    return Encoded(evt, "message", raw.decode("utf-8"), len(raw), total, rows, _NO_BLOBS, True)
+    return Encoded(
+        evt, "message", raw.decode("utf-8"), len(raw), total, rows, _NO_BLOBS, True, (), raw
+    )
 
 
 def plain_payload(evt: Message) -> bytes | None:

@@ -474,9 +474,10 @@ def test_a_payload_proven_to_read_back_reads_back(msg: Message) -> None:
     """What the fast path marks as proven needs no read-back parse: the parse it skips
     never fails on it (and whatever is not proven still gets the parse)."""
     try:
-        text, _size, proven = codec._payload_proven(msg)
+        text, _size, proven, raw = codec._payload_proven(msg)
     except Exception:  # refused by the general path (NaN, surrogates...): never proven
         return
+    assert raw == text.encode("utf-8")  # the bytes the hash chain reads
     if proven:
         codec.read_back("message", text, msg.created_at)  # raises if the claim is wrong
         assert codec.decode_event("message", text, "0", datetime.now(UTC)).kind == "message"

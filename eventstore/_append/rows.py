@@ -114,7 +114,7 @@ class Rows:
                 got = stamps[created] = time_texts(created, sqlite)
             kind, payload = enc.kind, enc.payload
             if given is None:
-                prev = chain_hash_ts(prev, seq, event_id, kind, got[0], payload)
+                prev = chain_hash_ts(prev, seq, event_id, kind, got[0], enc.raw or payload)
             else:
                 prev = given[i]
             if type(evt) is not Message:  # a message names no other seq
