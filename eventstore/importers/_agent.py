@@ -218,7 +218,7 @@ def read_records(
             n += 1
             if counter is not None:
                 counter[0] += len(raw)
-            if not raw.strip():
+            if raw.isspace() or not raw:  # (no stripped copy of every line)
                 continue
             if _fast_loads is not None:
                 try:
