@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, get_args
 
+from annotated_types import MaxLen, MinLen
 from pydantic import ValidationError
 from pydantic_core import PydanticSerializationError, to_json
 
@@ -36,6 +37,7 @@ from .events import (
     FilePart,
     Message,
     Part,
+    ProviderPart,
     Queued,
     ReasoningPart,
     Role,
@@ -247,6 +249,19 @@ def _message_plain(m: Message) -> dict[str, Any] | None:
                 result["tool_call_id"] = call_id
                 result["type"] = "tool_result"
                 plain_parts.append(result)
+            elif type(part) is ProviderPart:
+                provider, item = p["provider"], p["item"]
+                if (
+                    type(p["type"]) is not str
+                    or p["type"] != "provider"
+                    or type(provider) is not str
+                    or not _PROVIDER_MIN <= len(provider) <= _PROVIDER_MAX
+                    or type(item) is not dict
+                ):
+                    return None
+                plain_parts.append(
+                    {"item": _sorted_plain(item, 3), "provider": provider, "type": "provider"}
+                )
             else:  # ReasoningPart
                 fmt, redacted, signature, text = (
                     p["format"], p["redacted_data"], p["signature"], p["text"]
@@ -283,7 +298,7 @@ def _message_plain(m: Message) -> dict[str, Any] | None:
 
 
 #: The part classes :func:`_message_plain` writes itself.
-_PLAIN_PARTS = frozenset({TextPart, ToolCallPart, ToolResultPart, ReasoningPart})
+_PLAIN_PARTS = frozenset({TextPart, ToolCallPart, ToolResultPart, ReasoningPart, ProviderPart})
 
 #: The fields :func:`_message_plain` writes, by class.
 _PLAIN_FIELDS: dict[type[Any], frozenset[str]] = {
@@ -295,7 +310,25 @@ _PLAIN_FIELDS: dict[type[Any], frozenset[str]] = {
     ToolCallPart: frozenset({"type", "id", "name", "arguments", "call_type"}),
     ToolResultPart: frozenset({"type", "tool_call_id", "name", "output", "is_error", "state"}),
     ReasoningPart: frozenset({"type", "text", "signature", "redacted_data", "format"}),
+    ProviderPart: frozenset({"type", "provider", "item"}),
 }  # fmt: skip
+
+
+def _length_bounds(cls: type[Any], name: str) -> tuple[int, int] | None:
+    """The least and greatest length the field ``name`` of ``cls`` accepts, when a minimum
+    and a maximum length are its only constraints (:func:`_message_plain` checks them
+    itself); else None."""
+    metadata = cls.model_fields[name].metadata
+    lows = [m.min_length for m in metadata if type(m) is MinLen]
+    highs = [m.max_length for m in metadata if type(m) is MaxLen]
+    if len(lows) != 1 or len(highs) != 1 or len(metadata) != 2:
+        return None
+    return lows[0], highs[0]
+
+
+#: The provider name's length limits (a ``ProviderPart`` outside them is refused by its
+#: validator, so :func:`_message_plain` leaves it to the general path).
+_PROVIDER_MIN, _PROVIDER_MAX = _length_bounds(ProviderPart, "provider") or (1, 0)
 
 
 def _plain_dump(cls: type[Any]) -> bool:
@@ -327,7 +360,8 @@ _MESSAGE_FIELDS_KNOWN = all(_plain_dump(cls) for cls in _PLAIN_FIELDS)
 def _validates_types_only(cls: type[Any]) -> bool:
     """Whether validating ``cls`` from JSON checks nothing but each field's type (and its
     literals): no validators but ``created_at``'s own (which the caller checks), no
-    constraints on a field. Then data of exactly those types always reads back."""
+    constraints on a field but a ``ProviderPart``'s provider length (which
+    :func:`_message_plain` checks). Then data of exactly those types always reads back."""
     decorators = cls.__pydantic_decorators__
     validators = {
         name
@@ -339,7 +373,11 @@ def _validates_types_only(cls: type[Any]) -> bool:
         and not decorators.model_validators
         and not decorators.validators
         and not decorators.root_validators
-        and all(not f.metadata for f in cls.model_fields.values())
+        and all(
+            not f.metadata
+            or (cls is ProviderPart and name == "provider" and _length_bounds(cls, name))
+            for name, f in cls.model_fields.items()
+        )
     )
 
 
@@ -501,7 +539,8 @@ _EVENT_CLASSES = frozenset(get_args(get_args(Event)[0]))
 
 def _payload(event: Event) -> tuple[str, int]:
     """:func:`encode_event`'s text and its size in UTF-8 bytes."""
-    return _payload_proven(event)[:2]
+    text, size, _proven, _raw = _payload_proven(event)
+    return text, size
 
 
 #: Whether a custom event's payload written by :func:`_custom_json` needs no read-back parse
@@ -529,8 +568,9 @@ def _custom_json(event: Custom) -> bytes | None:
         return None
 
 
-def _payload_proven(event: Event) -> tuple[str, int, bool]:
-    """:func:`_payload`, and whether the payload is proven to read back: a message whose
+def _payload_proven(event: Event) -> tuple[str, int, bool, bytes]:
+    """:func:`_payload`, whether the payload is proven to read back, and its UTF-8 bytes
+    (what the text was decoded from: the hash reads them). Proven: a message whose
     every field held exactly its annotated type (see :func:`_message_plain`), of classes
     whose validation checks nothing past those types (:data:`_READ_BACK_PROVEN`), with a
     timezone-aware ``created_at`` or none. Such a payload needs no read-back parse."""
@@ -546,13 +586,13 @@ def _payload_proven(event: Event) -> tuple[str, int, bool]:
                 proven = _READ_BACK_PROVEN and (
                     when is None or (type(when) is datetime and when.tzinfo is not None)
                 )
-                return raw.decode("utf-8"), len(raw), proven
+                return raw.decode("utf-8"), len(raw), proven, raw
     if type(event) is Custom and _CUSTOM_PROVEN:
         custom = _custom_json(event)
         if custom is not None:
             when = event.__dict__.get("created_at")
             proven = when is None or (type(when) is datetime and when.tzinfo is not None)
-            return custom.decode("utf-8"), len(custom), proven
+            return custom.decode("utf-8"), len(custom), proven, custom
     if type(event) in _EVENT_CLASSES:
         data = event.__pydantic_serializer__.to_python(
             event, mode="json", exclude_none=True, exclude=_COLUMNS
@@ -560,7 +600,7 @@ def _payload_proven(event: Event) -> tuple[str, int, bool]:
     else:  # a subclass (or anything else): exactly as the union dumps it
         data = EVENT_ADAPTER.dump_python(event, mode="json", exclude_none=True, exclude=_COLUMNS)
     raw = canonical_json_bytes(data)
-    return raw.decode("utf-8"), len(raw), False
+    return raw.decode("utf-8"), len(raw), False, raw
 
 
 def decode_event(kind: str, payload: str, event_id: str, created_at: datetime) -> Event:
@@ -675,12 +715,13 @@ def chain_hash(
 
 
 def chain_hash_ts(
-    prev: str | None, seq: int, event_id: str, kind: str, ts: str, payload: str
+    prev: str | None, seq: int, event_id: str, kind: str, ts: str, payload: str | bytes
 ) -> str:
     """:func:`chain_hash` with the time already formatted by :func:`format_ts` (a batch
-    formats each distinct time once)."""
+    formats each distinct time once), and the payload as text or as its UTF-8 bytes
+    (an append has them from the encoder: the text is not encoded a second time)."""
     h = hashlib.sha256(f"{prev or ''}\n{seq}\n{event_id}\n{kind}\n{ts}\n".encode())
-    h.update(payload.encode("utf-8"))
+    h.update(payload if isinstance(payload, bytes) else payload.encode("utf-8"))
     return h.hexdigest()
 
 
@@ -779,6 +820,9 @@ class Encoded:
     named: tuple[str, ...] = ()
     """The blob references the stored event names (:func:`blob_refs`): the ones whose
     bytes are in :attr:`blobs`, and any it names by digest alone."""
+    raw: bytes | None = None
+    """:attr:`payload` as UTF-8 bytes, when the encoder made them (the hash chain reads
+    them rather than encoding the text again)."""
 
 
 def sole_text(evt: Event) -> bool:
@@ -888,21 +932,21 @@ def encode(evt: Event, counter: TokenCounter, blob_threshold: int | None = None)
                     stored, blobs = _strip_blobs(evt, blob_threshold)
                 named = tuple(blob_refs(stored))
                 break
-        payload, size, proven = _payload_proven(stored)
+        payload, size, proven, raw = _payload_proven(stored)
         total, rows = plain_parts(parts, counter)
         if len(rows) == 1 and rows[0]["type"] == "text":
             rows = []  # a sole text part of a subclass of its own: its row is implied too
-        return Encoded(stored, stored.kind, payload, size, total, rows, blobs, proven, named)
+        return Encoded(stored, stored.kind, payload, size, total, rows, blobs, proven, named, raw)
     named = tuple(blob_refs(evt)) if isinstance(evt, Queued) else ()
-    payload, size, proven = _payload_proven(evt)
+    payload, size, proven, raw = _payload_proven(evt)
     if isinstance(evt, Condensation):
         total = evt.summary_tokens or (counter.count(evt.summary) if evt.summary else 0)
         if evt.summary and not evt.summary_tokens:
             evt = evt.model_copy(update={"summary_tokens": total})
-            payload, size = _payload(evt)
+            payload, size, proven, raw = _payload_proven(evt)
     else:
         total = 0
-    return Encoded(evt, evt.kind, payload, size, total, [], blobs, proven, named=named)
+    return Encoded(evt, evt.kind, payload, size, total, [], blobs, proven, named, raw)
 
 
 #: Attachments moved out of a payload: none (shared by every encoding without any; never
@@ -923,7 +967,9 @@ def encode_plain(evt: Message, counter: TokenCounter) -> Encoded | None:
     if raw is None:
         return None
     total, rows = plain_parts(evt.__dict__["parts"], counter)
-    return Encoded(evt, "message", raw.decode("utf-8"), len(raw), total, rows, _NO_BLOBS, True)
+    return Encoded(
+        evt, "message", raw.decode("utf-8"), len(raw), total, rows, _NO_BLOBS, True, (), raw
+    )
 
 
 def plain_payload(evt: Message) -> bytes | None:

@@ -201,7 +201,14 @@ def _messages(parts: Any, free: Any, t: Any) -> Any:
 
 messages = _messages(all_parts, free_dicts, texts)
 plain_free = st.one_of(st.none(), st.dictionaries(no_surrogate_texts, plain_values, max_size=4))
-plain_messages = _messages(_parts(no_surrogate_texts), plain_free, no_surrogate_texts)
+plain_provider_parts = st.builds(
+    ProviderPart,
+    provider=st.text(min_size=1, max_size=12),
+    item=st.dictionaries(no_surrogate_texts, plain_values, max_size=4),
+)
+plain_messages = _messages(
+    st.one_of(_parts(no_surrogate_texts), plain_provider_parts), plain_free, no_surrogate_texts
+)
 
 
 # --------------------------------------------------------------------------- tests
@@ -467,9 +474,10 @@ def test_a_payload_proven_to_read_back_reads_back(msg: Message) -> None:
     """What the fast path marks as proven needs no read-back parse: the parse it skips
     never fails on it (and whatever is not proven still gets the parse)."""
     try:
-        text, _size, proven = codec._payload_proven(msg)
+        text, _size, proven, raw = codec._payload_proven(msg)
     except Exception:  # refused by the general path (NaN, surrogates...): never proven
         return
+    assert raw == text.encode("utf-8")  # the bytes the hash chain reads
     if proven:
         codec.read_back("message", text, msg.created_at)  # raises if the claim is wrong
         assert codec.decode_event("message", text, "0", datetime.now(UTC)).kind == "message"
@@ -486,6 +494,24 @@ def test_a_field_assigned_another_type_is_not_proven(field: str, value: Any) -> 
     except InvalidEventError:
         return  # refused outright (a NaN)
     assert not proven
+
+
+@pytest.mark.parametrize("provider", ["", "p" * 256])
+def test_a_provider_name_outside_its_limits_is_not_proven_and_is_refused(
+    tmp_path: Any, provider: str
+) -> None:
+    from eventstore import EventStore
+
+    part = ProviderPart(provider="openai", item={"type": "compaction", "n": 1})
+    msg = Message(role="assistant", parts=[part], provider_metadata={"source": {"line": 1}})
+    assert codec._payload_proven(msg)[2]
+    part.provider = provider  # models do not validate on assignment
+    assert not codec._payload_proven(msg)[2]
+    with EventStore(f"sqlite:///{tmp_path / 'p.db'}") as store:
+        sid = store.create_session().id
+        with pytest.raises(InvalidEventError, match="provider"):
+            store.append(sid, [msg])
+        assert store.head(sid) == 0
 
 
 def test_a_naive_created_at_is_not_proven_and_is_refused(tmp_path: Any) -> None:

@@ -56,7 +56,8 @@ class Rows:
     :attr:`prunes` the prunes to apply. :meth:`collect` makes them all at once.
 
     Args:
-        sqlite: Rows for SQLite (``created_at`` as its column text) or Postgres.
+        sqlite: Rows for SQLite (``created_at`` as its column text, the payload as the
+            UTF-8 bytes the encoder made, which its inserts store as text) or Postgres.
         idempotency_key: Stored on the batch's first event, with the batch's size and
             ``batch_hash`` (see :func:`~eventstore.codec.batch_digest`).
         hashes: Each event's hash as recorded elsewhere, instead of the chain's: an
@@ -112,11 +113,14 @@ class Rows:
             got = stamps.get(created)
             if got is None:
                 got = stamps[created] = time_texts(created, sqlite)
-            kind, payload = enc.kind, enc.payload
+            kind, raw = enc.kind, enc.raw
+            payload: str | bytes = enc.payload
             if given is None:
-                prev = chain_hash_ts(prev, seq, event_id, kind, got[0], payload)
+                prev = chain_hash_ts(prev, seq, event_id, kind, got[0], raw or payload)
             else:
                 prev = given[i]
+            if sqlite and raw is not None:
+                payload = raw  # SQLite's inserts store it as text (see its _Table)
             if type(evt) is not Message:  # a message names no other seq
                 check_references(evt, seq, f"events[{i}].")
                 if isinstance(evt, Prune):

@@ -40,6 +40,7 @@ from ._agent import (
     Item,
     Torn,
     first_records,
+    leading_records,
     parse_when,
     read_lines,
     read_records,
@@ -187,7 +188,7 @@ def _first_time(path: Path) -> datetime | None:
             if isinstance(ts, int | float) and not isinstance(ts, bool):
                 return datetime.fromtimestamp(ts / 1000, UTC)
         return None
-    for rec in first_records(path, limit=200):
+    for rec in leading_records(path, 200):
         if isinstance(rec, dict):
             when = parse_when(rec.get("timestamp") or rec.get("startTime"))
             if when is not None:
@@ -206,7 +207,7 @@ def _peek_source_id(path: Path, fmt: str) -> str:
     if fmt == "gemini-cli" and _is_single_json(path):
         header = next(json_session_records(path))[1]
         return str(header["sessionId"])
-    for rec in first_records(path, limit=200):
+    for rec in leading_records(path, 200):
         if not isinstance(rec, dict):
             continue
         if fmt == "claude-code" and isinstance(rec.get("sessionId"), str):
