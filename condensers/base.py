@@ -65,6 +65,16 @@ class PlanContext:
         intake: Only act on what the model has not been sent yet (the results of its
             newest calls), so nothing already in the provider's prompt cache changes: the
             pass a policy runs on every check.
+        headroom: Tokens of the conversation room (the available tokens less the pinned
+            head) a summary leaves free: it takes at most the rest, so that the turns
+            after a condensation append without rewriting the prompt prefix (``0``: the
+            summary may fill the view up to the budget).
+        batch: A pass between condensations: a prune there is a prompt-cache break of
+            its own, so :class:`~condensers.ToolOutputPruner` acts only when it frees a
+            batch (its ``batch_fraction`` of the conversation window).
+        condensing: The view is over the threshold and the run rewrites the prompt
+            prefix anyway: :class:`~condensers.ToolOutputPruner` compacts every old
+            output it may, whatever its minimum, in the same append.
     """
 
     trigger: Trigger = "threshold"
@@ -75,6 +85,9 @@ class PlanContext:
     force: bool = False
     min_gain: float = 0.0
     intake: bool = False
+    headroom: int = 0
+    batch: bool = False
+    condensing: bool = False
 
     def target(self, budget: Budget, fraction: float = 0.5) -> int:
         """The target in tokens: explicit, or ``fraction`` of the budget."""
@@ -320,11 +333,17 @@ SHORTENED = "[summary shortened to fit the context window]"
 
 
 def summary_room(view: View, forget: int, budget: Budget, ctx: PlanContext) -> int:
-    """Tokens a summary may use so that the view, cut at ``forget``, fits the budget."""
-    kept = sum(i.tokens for i in view.items if i.pinned)
-    kept += sum(i.tokens for i in [i for i in view.items if not i.pinned][forget:])
+    """Tokens a summary may use so that the view, cut at ``forget``, fits the budget; with
+    ``ctx.headroom``, at most the conversation room (the available tokens less the pinned
+    head) less the headroom."""
+    pinned = sum(i.tokens for i in view.items if i.pinned)
+    kept = pinned + sum(i.tokens for i in [i for i in view.items if not i.pinned][forget:])
     framing = MESSAGE_OVERHEAD + ctx.token_counter.count(view.options.summary_prefix)
-    return budget.available - kept - view.extra_tokens - framing
+    room = budget.available - kept - view.extra_tokens - framing
+    conversation = budget.available - pinned - view.extra_tokens
+    if ctx.headroom <= 0 or room <= 0 or conversation <= ctx.headroom:
+        return room
+    return min(room, conversation - ctx.headroom)
 
 
 def fit_summary(summary: str | None, room: int, counter: TokenCounter) -> str | None:

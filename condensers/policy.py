@@ -18,7 +18,17 @@ the whole view. So the policy condenses as rarely as it can: by default only whe
 no longer fits (``threshold=1.0``: the budget already sets aside the reply and a margin);
 with a lower threshold, after a condensation it waits until ``regrow`` of the budget is new
 (a view over the budget condenses at once); and a threshold or count run that would free
-less than ``min_gain`` of a view that still fits writes nothing. On every check, tool
+less than ``min_gain`` of a view that still fits writes nothing. When it does condense, it
+condenses far enough to last: its summary takes at most the conversation room (the
+available tokens less the pinned head) less ``headroom`` of it (60%), so that the next
+several turns append without a rewrite even when the pinned head takes most of the budget
+(there ``target`` is out of reach, and the summary used to fill the view back up to the
+budget, which made every turn or two a condensation). Old tool outputs are compacted in
+batches (``batch_prune``): between condensations the
+:class:`~condensers.ToolOutputPruner` writes only once it frees its ``batch_fraction`` of
+the conversation window (a quarter), and a threshold or count run prunes every old output
+outside the pruner's protection, whatever its minimum, in its own append: the two cost one
+prompt rewrite, not two. On every check, tool
 results the model has not seen yet are held to the pipeline's
 :class:`~condensers.ResultTruncator` fresh cap first (they were never sent, so this
 changes no cached prefix). A summary is cut down (:func:`condensers.base.fit_summary`)
@@ -146,6 +156,8 @@ class Decision:
     windows: bool = False
     """Run only the pipeline's windows that keep ``max_interactions`` (the view holds
     more interactions than one of them keeps)."""
+    headroom: int = 0
+    """Tokens the run leaves free below the budget (see :attr:`PlanContext.headroom`)."""
 
 
 class CondensationPolicy:
@@ -166,6 +178,20 @@ class CondensationPolicy:
         min_gain: A threshold or count run that would free less than this fraction of
             the view, while the view still fits, writes nothing (it would break the
             prompt cache for little).
+        headroom: Hysteresis in the other direction, as a fraction of the conversation
+            room (the available tokens less the pinned head): a threshold or count run
+            leaves at least this much of it free, forgetting more of the tail and, if
+            need be, shortening the summary, so that the next several turns append to
+            the prompt without rewriting it. It matters when the pinned head takes most
+            of the budget (a small model, a long system prompt), where ``target`` alone
+            cannot be reached and the summary would otherwise fill the view back up to
+            the budget.
+        batch_prune: On every check that condenses nothing, run the pipeline's
+            :class:`~condensers.ToolOutputPruner` in batch mode: it writes only once the
+            old tool output it can compact reaches its ``batch_fraction`` of the
+            conversation window. A run with much tool output sees old outputs pruned
+            even when intake truncation keeps its view under the budget; when a
+            condensation runs, the pruner runs in the same append (one rewrite).
         max_failures: Consecutive automatic runs that left the view over the budget (or
             failed) before the breaker opens.
         retry_after_events: Events after which an open breaker also allows one more
@@ -194,6 +220,8 @@ class CondensationPolicy:
         max_events: int | None = None,
         regrow: float | None = None,
         min_gain: float = 0.1,
+        headroom: float = 0.6,
+        batch_prune: bool = True,
         max_failures: int = 3,
         retry_after_events: int | None = None,
         options: ViewOptions | None = None,
@@ -217,8 +245,12 @@ class CondensationPolicy:
                 f"need 0 <= regrow <= 1 and 0 <= min_gain < 1, got regrow={regrow}, "
                 f"min_gain={min_gain}"
             )
+        if not 0 <= headroom < 1:
+            raise ConfigurationError(f"need 0 <= headroom < 1, got headroom={headroom}")
         self.regrow = regrow
         self.min_gain = min_gain
+        self.headroom = headroom
+        self.batch_prune = batch_prune
         self.max_failures = max_failures
         self.retry_after_events = retry_after_events
         self.options = options
@@ -302,11 +334,15 @@ class CondensationPolicy:
                 and grown_since(view, last.seq) < regrow
             ):
                 return Decision(None)  # hysteresis: it fits, and little is new since
+            headroom = self.headroom_tokens(view)
             if size > view.tokens > 0:
-                # The estimates run low: aim lower so the real size lands on the target.
+                # The estimates run low: aim lower so the real size lands on the target,
+                # and leave the headroom free by the real count too.
                 scaled = self.budget.fraction(self.target) * view.tokens // size
-                return Decision("threshold", target_tokens=scaled)
-            return Decision("threshold")
+                ceiling = (self.budget.available - headroom) * view.tokens // size
+                headroom = self.budget.available - ceiling
+                return Decision("threshold", target_tokens=scaled, headroom=headroom)
+            return Decision("threshold", headroom=headroom)
         if any(w.over_by(view) for w in self._interaction_windows()):
             # A window that keeps max_interactions acts whenever the view holds more,
             # whatever its size (DSPy's window runs on every step).
@@ -318,8 +354,16 @@ class CondensationPolicy:
                 pinned = sum(i.tokens for i in view.items if i.pinned)
                 target = pinned + view.summary_tokens + sum(i.tokens for i in keep)
                 target = min(target, self.budget.fraction(self.target))
-                return Decision("count", target_tokens=target, force=True)
+                return Decision(
+                    "count", target_tokens=target, force=True, headroom=self.headroom_tokens(view)
+                )
         return Decision(None)
+
+    def headroom_tokens(self, view: View) -> int:
+        """Tokens a threshold or count run on ``view`` leaves free below the budget:
+        ``headroom`` of the room the pinned head leaves."""
+        pinned = sum(i.tokens for i in view.items if i.pinned) + view.extra_tokens
+        return int(self.headroom * max(self.budget.available - pinned, 0))
 
     def _ctx(self, d: Decision) -> PlanContext:
         return PlanContext(
@@ -332,6 +376,8 @@ class CondensationPolicy:
             request_seq=d.request_seq,
             token_counter=self.token_counter,
             force=d.force,
+            headroom=d.headroom,
+            condensing=d.trigger in ("threshold", "count") and not d.windows,
         )
 
     def _steps(self, d: Decision) -> list[Any] | None:
@@ -439,6 +485,14 @@ class CondensationPolicy:
             size = self.view_size(view)
             decision = self.decide(view, self.pending_requests(view), size)
             if decision.trigger is None:
+                batched = None
+                if self.batch_prune:
+                    batched = yield from self._batch(session_id, view)
+                if batched is not None:
+                    if capped is not None:
+                        batched.tokens_before = capped.tokens_before
+                        batched.steps[:0] = capped.steps
+                    return batched
                 skipped = "circuit_open" if self.is_open(session_id) else "under_threshold"
                 return capped if capped is not None else _idle(view, self, skipped)
         else:
@@ -506,6 +560,26 @@ class CondensationPolicy:
         more.steps[:0] = out.steps
         more.trigger = out.trigger
         return more
+
+    def _batch(self, session_id: str, view: View) -> Routine[Outcome | None]:
+        """Compact old tool outputs once a batch has accumulated (see ``batch_prune``),
+        on a check where nothing else runs."""
+        steps = [s for s in self.pipeline.steps if isinstance(s, ToolOutputPruner)]
+        if not steps:
+            return None
+        ctx = PlanContext(
+            trigger="threshold", target_tokens=0, batch=True, token_counter=self.token_counter
+        )
+        try:
+            out = yield from self.pipeline.routine(
+                session_id, self.budget, ctx, self.options, steps, view, catch=True
+            )
+        except ConflictError:
+            return None  # another writer moved on; the next check looks again
+        if not out.steps:
+            return None
+        out.trigger = None
+        return out
 
     def _intake(self, session_id: str, view: View) -> Routine[Outcome | None]:
         """Cap the results the model has not seen yet (see :class:`ResultTruncator`),

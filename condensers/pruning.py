@@ -138,6 +138,13 @@ class ToolOutputPruner:
             window.
         min_output_tokens: Only outputs of at least this many tokens are pruned (a
             per-output threshold, as dynamiq compacts); smaller ones stay as they are.
+        batch_fraction: In a pass between condensations (``ctx.batch``, which a
+            :class:`~condensers.CondensationPolicy` runs on every check), the least
+            prunable tokens are also this fraction of the conversation window: such a
+            prune rewrites the prompt prefix by itself, so it waits until it frees a
+            batch rather than nibbling every turn. In a run that condenses anyway
+            (``ctx.condensing``) the minimum does not apply: the prompt is rewritten
+            once for both.
     """
 
     name = "prune_tool_outputs"
@@ -154,7 +161,10 @@ class ToolOutputPruner:
         protect_fraction: float = 0.3,
         minimum_fraction: float = 0.05,
         min_output_tokens: int = 0,
+        batch_fraction: float = 0.25,
     ) -> None:
+        if not 0 <= batch_fraction <= 1:
+            raise ConfigurationError(f"batch_fraction must be in [0, 1], got {batch_fraction}")
         if protect_steps < 0 or max_part_tokens <= 0 or min_output_tokens < 0:
             raise ConfigurationError(
                 "protect_steps and min_output_tokens must not be negative and "
@@ -170,6 +180,7 @@ class ToolOutputPruner:
         self.protect_fraction = protect_fraction
         self.minimum_fraction = minimum_fraction
         self.min_output_tokens = min_output_tokens
+        self.batch_fraction = batch_fraction
 
     def settings(self) -> dict[str, Any]:
         extra = {"min_output_tokens": self.min_output_tokens} if self.min_output_tokens else {}
@@ -183,6 +194,7 @@ class ToolOutputPruner:
             "max_part_tokens": self.max_part_tokens,
             "protect_fraction": self.protect_fraction,
             "minimum_fraction": self.minimum_fraction,
+            "batch_fraction": self.batch_fraction,
         }
 
     def thresholds(self, budget: Budget, pinned: int = 0) -> tuple[int, int]:
@@ -196,6 +208,12 @@ class ToolOutputPruner:
             min(self.minimum_tokens, max(math.floor(window * self.minimum_fraction), 1)),
         )
 
+    def batch_minimum(self, budget: Budget, pinned: int = 0) -> int:
+        """The least prunable tokens of a pass between condensations (``ctx.batch``): the
+        minimum in effect, or ``batch_fraction`` of the conversation window if larger."""
+        window = max(budget.available - pinned, 1)
+        return max(self.thresholds(budget, pinned)[1], math.floor(window * self.batch_fraction))
+
     def is_protected(self, tool: str | None) -> bool:
         """Whether results of ``tool`` are never pruned."""
         if not tool:
@@ -204,7 +222,12 @@ class ToolOutputPruner:
 
     def plan(self, view: View, budget: Budget, ctx: PlanContext) -> Proposal | None:
         started = time.perf_counter()
-        protect, minimum = self.thresholds(budget, sum(i.tokens for i in view.items if i.pinned))
+        pinned = sum(i.tokens for i in view.items if i.pinned)
+        protect, minimum = self.thresholds(budget, pinned)
+        if ctx.batch:
+            minimum = self.batch_minimum(budget, pinned)
+        elif ctx.condensing:
+            minimum = 1  # the run rewrites the prompt anyway: prune all that is old
         kept_from = _newest_steps_start(view, self.protect_steps)
         seen = 0
         prunable = 0

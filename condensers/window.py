@@ -301,7 +301,13 @@ class WindowCondenser:
             ).text
             whole_base = folder.summarize(anchor, forgotten).text
         whole = _carry(whole_base, total, self.note)
-        summary = fit_summary(_carry(shown_base, total, self.note), room, ctx.token_counter)
+        framing = MESSAGE_OVERHEAD + ctx.token_counter.count(view.options.summary_prefix)
+        summary: str | None
+        if room <= 0 <= room + framing:
+            # Only leaving the summary out makes the view fit: carry it to the next one.
+            summary = None
+        else:
+            summary = fit_summary(_carry(shown_base, total, self.note), room, ctx.token_counter)
         extra = {"carried": whole} if summary != whole else {}
         return self._proposal(view, forget, summary, settings, ctx, started, extra)
 

@@ -264,3 +264,53 @@ def test_the_default_condenses_only_when_the_view_no_longer_fits(store: EventSto
         i += 1
     out = policy.maybe_condense(store, sid)
     assert out.trigger == "threshold" and out.condensed and out.fits
+
+
+def _big_head_replay(store: EventStore, policy: CondensationPolicy, turns: int) -> list[int]:
+    """A 4k model whose pinned head takes about two thirds of the budget, replayed turn
+    by turn: the view size after each run that wrote a condensation."""
+    sid = store.create_session().id
+    store.append(sid, [Message.system("rules " * 1_500), Message.user("Fix the parser.")])
+    after: list[int] = []
+    for i in range(turns):
+        out = policy.maybe_condense(store, sid)
+        if any(s.kind == "condensation" for s in out.steps):
+            after.append(store.view(sid).tokens)
+        store.append(
+            sid,
+            [
+                Message.assistant(f"cat src/mod_{i}.py and run the tests " + "plan " * 30),
+                Message.user(f"ValueError: bad token {i} in src/mod_{i}.py\n" + "line\n" * 50),
+            ],
+        )
+    return after
+
+
+def test_a_condensation_leaves_headroom_when_the_head_takes_most_of_the_budget(
+    store: EventStore,
+) -> None:
+    """The target (half the budget) is out of reach beside a large pinned head: the run
+    forgets the tail down to the newest group and keeps the summary short enough that
+    ``headroom`` of the room the head leaves stays free, so several turns follow without
+    a new prompt prefix. Filling the view back up to the budget condensed every turn."""
+    budget = Budget(4096, 512, 205)  # 3,379 available
+    policy = CondensationPolicy(budget, token_counter=store.token_counter)
+    assert policy.headroom == 0.6
+    full = CondensationPolicy(budget, headroom=0.0, token_counter=store.token_counter)
+    roomy = _big_head_replay(store, policy, 40)
+    filled = _big_head_replay(store, full, 40)
+    view = store.view(store.create_session().id)  # an empty view: no pinned head
+    assert policy.headroom_tokens(view) == int(0.6 * budget.available)
+    room = budget.available - 2_300  # about what the pinned head leaves
+    assert roomy and all(size <= budget.available - 0.5 * room for size in roomy)
+    assert max(filled) > budget.available - 0.3 * room  # the summary filled the room
+    assert len(roomy) * 3 <= len(filled) * 2  # a third fewer prompt rewrites, at least
+
+
+def test_headroom_is_checked() -> None:
+    import pytest
+
+    from eventstore.errors import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match="headroom"):
+        CondensationPolicy(_budget(), headroom=1.0)

@@ -321,3 +321,61 @@ def test_acomplete_prunes_a_resumed_session_when_first_opened(store: EventStore)
     asyncio.run(go())
     kinds = [e.kind for e in store.read(sid)]
     assert kinds.count("prune") == 1 and kinds.index("prune") < len(kinds) - 2
+
+
+def test_between_condensations_the_pruner_waits_for_a_batch(store: EventStore) -> None:
+    """Every check runs the pruner in batch mode: old outputs under the pruner's own
+    minimum wait (a prune rewrites the prompt prefix by itself), a batch of them is
+    compacted although the view still fits, and no condensation runs."""
+    budget = Budget(32768, 4096, 1638)  # 27,034 available
+    pruner = ToolOutputPruner()
+    protect, minimum = pruner.thresholds(budget)
+    assert (protect, minimum) == (8_110, 1_351)
+    assert pruner.batch_minimum(budget) == 6_758
+    policy = CondensationPolicy(budget, token_counter=store.token_counter)
+    sid = agent_run(store, [1_500] * 8)  # 12,000 tokens of output, 3,000 of it unprotected
+    assert plan(store, sid, pruner, budget) is not None  # enough for the pruner alone
+    out = policy.maybe_condense(store, sid)
+    assert not out.condensed and out.skipped == "under_threshold"
+    for i in range(8, 16):  # 24,000 tokens of output: a batch is unprotected
+        store.append(
+            sid,
+            [
+                Message.assistant(f"step {i}", tool_calls=[call(f"c{i}")]),
+                Message.tool(f"c{i}", "y" * 6_000, name="bash"),
+            ],
+        )
+    assert store.view(sid).tokens <= budget.available
+    out = policy.maybe_condense(store, sid)
+    assert [(s.kind, s.condenser) for s in out.steps] == [("prune", ToolOutputPruner.name)]
+    assert out.trigger is None and out.fits
+    prunes = [e.event for e in store.read(sid, kinds=["prune"])]
+    assert len(prunes) == 1 and isinstance(prunes[0], Prune) and prunes[0].tokens_freed >= 6_758
+    assert not list(store.read(sid, kinds=["condensation"]))
+    off = CondensationPolicy(budget, batch_prune=False, token_counter=store.token_counter)
+    assert not off.maybe_condense(store, agent_run(store, [1_500] * 16)).condensed
+
+
+def test_a_condensation_carries_every_old_output_in_the_same_append(store: EventStore) -> None:
+    """Over the budget, the run rewrites the prompt anyway: the pruner compacts the old
+    output outside its protection although it is under its own minimum, in the same
+    append as the condensation (one prompt rewrite, not a second one later)."""
+    budget = Budget(8192, 1024, 410)  # 6,758 available
+    pruner = ToolOutputPruner()
+    assert pruner.thresholds(budget)[1] == 337
+    sid = store.create_session().id
+    evs = [Message.system("You are a coding agent."), Message.user("Fix the failing test.")]
+    for i, size in enumerate([250, 450, 450, 450, 450, 450]):
+        evs.append(Message.assistant("plan " * 700 + f"step {i}", tool_calls=[call(f"c{i}")]))
+        evs.append(Message.tool(f"c{i}", "y" * (4 * size), name="bash"))
+    store.append(sid, evs)
+    assert store.view(sid).tokens > budget.available
+    assert plan(store, sid, pruner, budget) is None  # 250 tokens: under the minimum alone
+    out = CondensationPolicy(budget, token_counter=store.token_counter).maybe_condense(store, sid)
+    assert out.trigger == "threshold" and out.fits
+    kinds = [(s.kind, s.condenser) for s in out.steps]
+    assert kinds[0] == ("prune", ToolOutputPruner.name) and ("condensation" in dict(kinds))
+    first = out.steps[0].seq
+    assert [s.seq for s in out.steps] == list(range(first, first + len(kinds)))
+    prune = next(iter(store.read(sid, kinds=["prune"]))).event
+    assert isinstance(prune, Prune) and [r.seq for r in prune.targets] == [4]  # c0's result

@@ -17,7 +17,6 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from eventstore.errors import ConfigurationError
-from eventstore.tokens import MESSAGE_OVERHEAD
 
 from ..base import (
     PlanContext,
@@ -113,9 +112,7 @@ class SummarizingCondenser:
             return None
         # When the pinned head and the kept tail leave less room than planned (a large
         # system prompt on a small model), the summary gets only what is left.
-        kept = sum(i.tokens for i in [i for i in view.items if not i.pinned][forget:])
-        framing = MESSAGE_OVERHEAD + ctx.token_counter.count(view.options.summary_prefix)
-        room = budget.available - pinned - kept - view.extra_tokens - framing
+        room = summary_room(view, forget, budget, ctx)
         reserve = max(min(reserve, room), 64)
         events = newly_forgotten(view, forget)
         previous = (prev.carried or prev.summary) if prev is not None else None
