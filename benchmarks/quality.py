@@ -4,7 +4,10 @@
 :func:`eventstore.importers.load_transcripts`, appends its events one at a time to a fresh
 SQLite session and, before each assistant message (one model call, a *turn*), lets
 ``CondensationPolicy(budget)`` condense and records the view that would be sent. One more
-view is recorded after the last event (the *final view*). The views are then scored
+view is recorded after the last event (the *final view*). Condensations and prunes that
+come with a transcript (a coding agent's own compactions, imported as such) are left out
+of the replay: they are another condenser's decisions, and the benchmark measures the
+policy's. The views are then scored
 against the source trajectory: task statement kept, file paths / error lines / tool names
 retained, invalid views, views avoidably over budget, cache-breaking turns, and whether
 the tool-output pruner fired on runs with a lot of tool output. Definitions and targets
@@ -30,7 +33,7 @@ from condensers import CondensationPolicy, ToolOutputPruner
 from eventstore import EventStore
 from eventstore.budget import Budget
 from eventstore.chat import messages_to_openai, to_openai
-from eventstore.events import Event, Message, Prune
+from eventstore.events import Condensation, Event, Message, Prune
 from eventstore.importers import detect_format, load_transcripts
 
 from .harness import log
@@ -248,6 +251,8 @@ def replay(
         views.append(ViewRecord(view.to_messages(), history, turn, error, view.measured_tokens()))
 
     for evt in traj.events:
+        if isinstance(evt, Condensation | Prune):
+            continue  # the agent's own compaction: the policy decides here
         if isinstance(evt, Message) and evt.role == "assistant":
             record(turn=True)
         store.append(sid, [evt])

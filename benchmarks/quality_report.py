@@ -250,7 +250,9 @@ def render(
         "turn by turn over every trajectory of the benchmark corpus (`benchmarks/corpus`, see",
         "its `PROVENANCE.md`) on fresh SQLite sessions. The corpus is split once, by source",
         "repository, into *tune* (looked at while changing the policy) and *test* (never",
-        "tuned on): the targets are read on test. Metric definitions: `QUALITY.md` in the",
+        "tuned on): the targets are read on test. Condensations and prunes a transcript",
+        "brings (a coding agent's own compactions) are left out of the replay: the policy",
+        "decides. Metric definitions: `QUALITY.md` in the",
         "shared docs. Regenerate with `python -m benchmarks quality"
         + (" --smoke" if data["mode"] == "smoke" else "")
         + "`.",

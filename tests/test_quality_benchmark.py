@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from condensers import CondensationPolicy, Pipeline, WindowCondenser
-from eventstore import EventStore, Message
+from eventstore import Condensation, EventStore, Message
 from eventstore.budget import Budget
 from eventstore.events import ToolCallPart
 
@@ -336,6 +336,25 @@ def test_replay_scores_a_forgetting_policy_as_losing_probes(tmp_path: Path) -> N
         assert verdicts["final-view retention: paths"].passed["4k"] is None
         assert verdicts["invalid views"].passed["4k"] is True
         assert verdicts["pruner fires on runs > 40k tool-output tokens"].passed["4k"] is None
+    finally:
+        store.close()
+
+
+def test_replay_leaves_out_the_compactions_a_transcript_brings(tmp_path: Path) -> None:
+    # A coding agent's own compaction (imported as a condensation forgetting everything)
+    # is not the policy's decision: the replay leaves it out, so the task stays in view.
+    traj = _long_session()
+    native = Condensation(
+        forgotten_from=1, forgotten_to=4, forgotten_events=4, summary="earlier work",
+        condenser="claude-code", trigger="import",
+    )  # fmt: skip
+    traj.events.insert(4, native)
+    store = EventStore(f"sqlite:///{tmp_path / 'q.db'}", upgrade=True)
+    try:
+        rep = replay(store, traj, Budget(32_768, 4_096, 1_638), CondensationPolicy)
+        s = score(traj.name, traj.messages, rep.views, BUDGET)
+        assert rep.condensations == 0
+        assert s.task_checked > 0 and s.task_kept == s.task_checked
     finally:
         store.close()
 
