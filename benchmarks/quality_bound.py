@@ -82,7 +82,11 @@ def bound_rows(
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m benchmarks.quality_bound", description=__doc__)
-    p.add_argument("--corpus", type=Path, help="corpus folder (default: ../shared/corpus)")
+    p.add_argument(
+        "--corpus",
+        type=Path,
+        help="corpus folder (default: $EVENTSTORE_CORPUS, else benchmarks/corpus)",
+    )
     p.add_argument("--summary", type=int, nargs="*", default=[100, 300])
     args = p.parse_args(argv)
     trajectories = load_corpus(args.corpus or default_corpus())

@@ -39,7 +39,11 @@ LOST_SHOWN = 8
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m benchmarks quality", description=__doc__)
     p.add_argument("--smoke", action="store_true", help="two short trajectories (seconds)")
-    p.add_argument("--corpus", type=Path, help="corpus folder (default: ../shared/corpus)")
+    p.add_argument(
+        "--corpus",
+        type=Path,
+        help="corpus folder (default: $EVENTSTORE_CORPUS, else benchmarks/corpus)",
+    )
     p.add_argument("--out", type=Path, help="directory for the report and its JSON")
     p.add_argument("--baseline", type=Path, help="an earlier quality_results.json to compare")
     p.add_argument("--label", default="", help="what the measured code is (shown in the report)")
