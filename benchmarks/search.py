@@ -7,6 +7,7 @@ model no longer sees it; search must still find it), indexes the session, then t
 
 * ``rare phrase``: the planted phrase (one hit), tenant-wide;
 * ``rare phrase, session``: the same, scoped to the session;
+* ``rare word``: the phrase's first word alone (one hit);
 * ``common word``: a word in many events, top 20 by rank (ranking cost grows with matches);
 * ``two words``: two words that are common on their own, rarely together.
 
@@ -103,11 +104,13 @@ def measure(backend: str, url: str, n: int, repeat: int) -> dict[str, Any]:
         index_s = time.perf_counter() - t
         hits = store.search(f'"{PHRASE}"')
         found = [(h.session_id, h.seq) for h in hits] == [(sid, planted)]
+        rare = PHRASE.split()[0]
         common = step(2).text.split()[0]
         words = f"{step(1).text.split()[1]} {step(4).text.split()[-1]}"
         queries = {
             "rare phrase": lambda: store.search(f'"{PHRASE}"'),
             "rare phrase, session": lambda: store.search(f'"{PHRASE}"', session_id=sid),
+            f"rare word ({rare!r})": lambda: store.search(rare),
             f"common word ({common!r}, top 20)": lambda: store.search(common, limit=20),
             f"two words ({words!r})": lambda: store.search(words, limit=20),
         }

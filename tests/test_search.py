@@ -233,6 +233,51 @@ def test_ranks_do_not_depend_on_other_tenants_documents(store: Any) -> None:
     assert before[0][0] == 2  # the document about it ranks first
 
 
+def test_a_word_ranks_by_its_occurrences_not_by_substrings(api_store: Any) -> None:
+    s = api_store.create_session()
+    api_store.append(
+        s.id,
+        [
+            Message.user("index index index alpha beta gamma"),
+            Message.user("index index alpha beta gamma delta"),
+            Message.user("index indexing reindexed indexes indexer indexed"),
+        ],
+    )
+    # Same length, three, two and one occurrence: a count of substrings (6 in the last)
+    # or of documents (a tie, broken by recency) puts the last one first.
+    hits = api_store.search("index")
+    assert [h.seq for h in hits] == [1, 2, 3]
+    assert hits[0].rank > hits[1].rank > hits[2].rank
+
+
+def test_sqlite_ranks_are_bm25_term_frequencies_against_a_fixed_length(tmp_path: Any) -> None:
+    """On SQLite a rank is BM25's per-document part: for each query token, with ``tf``
+    its occurrences in the document and ``dl`` the document's tokens, ``tf * 2.2 / (tf +
+    1.2 * (0.25 + 0.75 * dl / 64))``, summed. Lengths of one, two and three bytes in
+    FTS5's docsize record, and a word that the index splits at its underscore."""
+    from eventstore import EventStore
+    from eventstore._features.search import _AVGDL, _B, _K1
+
+    def bm25(tf: int, dl: int) -> float:
+        return tf * (_K1 + 1) / (tf + _K1 * (1 - _B + _B * dl / _AVGDL))
+
+    docs = {  # text: (tf, dl) of "okapi"
+        "okapi okapi okapi filler words here": (3, 6),
+        "okapi " + "filler " * 199 + "okapi": (2, 201),
+        "okapi " * 7 + "filler " * 19_993: (7, 20_000),
+        "okapi_gnu gnu okapi": (2, 4),  # tokens okapi, gnu, gnu, okapi
+    }
+    with EventStore(f"sqlite:///{tmp_path / 'rank.db'}", upgrade=True) as store:
+        sid = store.create_session().id
+        store.append(sid, [Message.user(text) for text in docs])
+        got = {h.seq: h.rank for h in store.search("okapi", limit=10)}
+        want = {seq: bm25(*counts) for seq, counts in enumerate(docs.values(), 1)}
+        assert got == pytest.approx(want, rel=1e-12)
+        (both,) = store.search("okapi_gnu")
+        # okapi and gnu, each twice
+        assert both.seq == 4 and both.rank == pytest.approx(2 * bm25(2, 4), rel=1e-12)
+
+
 def test_a_purge_waits_for_an_indexer_that_read_the_erased_text(db_url: str) -> None:
     """A purge that committed while an indexer held the erased text in hand left the
     words searchable for good (the indexer wrote them after the purge's delete)."""

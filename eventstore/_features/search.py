@@ -20,7 +20,9 @@ logged on ``eventstore.search``); search never fails on a large document.
 Ranking uses nothing but the document and the query, so no tenant's documents move
 another's ranks: ``ts_rank`` on Postgres, and on SQLite BM25's term-frequency part with a
 fixed average length (FTS5's own ``bm25()`` weighs terms by statistics over the whole
-table, every tenant's documents included). Ties are broken by recency. Hits of deleted
+table, every tenant's documents included), counted in the index's tokens from FTS5's
+per-row statistics rather than from the text, so its cost does not grow with the size of
+the matching documents. Ties are broken by recency. Hits of deleted
 sessions are left out before the page is cut; a fork's search includes the history it
 inherited, even from a deleted parent.
 
@@ -58,6 +60,10 @@ INDEX_PAGE = 1_000
 _MAX_LIMIT = 1_000
 _WORD = re.compile(r"\w+")
 _PHRASE = re.compile(r'"([^"]*)"')
+# What FTS5's unicode61 tokenizer makes of a word: it splits ``\w+`` at underscores.
+_TOKEN = re.compile(r"[^\W_]+")
+_INSTANCES = "search_fts_instance"
+_BYTES = bytes(range(256))
 _SNIPPET = 160
 #: What one document's words may take in a Postgres tsvector (its limit is 1 MiB - 1).
 TSVECTOR_BUDGET = 900_000
@@ -259,23 +265,58 @@ def query(
         )
         return [(r.session_id, r.seq, float(r.rank)) for r in conn.execute(text(sql), params)]
     params["q"] = " ".join('"' + " ".join(g) + '"' for g in groups)
-    # BM25's per-document part, from the document alone: each query word's frequency
-    # (counted in the body with its spaces doubled, so that matches cannot overlap) and
-    # the document's length in words.
-    terms = sorted({w for g in groups for w in g})
-    parts = []
+    # BM25's per-document part from FTS5's own per-row statistics, so that its cost does
+    # not grow with the text of the matching documents: each query token's frequency is
+    # its number of instances in the document (fts5vocab 'instance' rows, counted by a
+    # GROUP BY that also gathers the matching documents), the length the document's
+    # token count (the table's docsize row).
+    terms = sorted({t for g in groups for w in g for t in _TOKEN.findall(w)})
+    _instance_table(conn)
+    counts, parts = [], []
     for i, w in enumerate(terms):
-        params[f"w{i}"] = f" {w} "
-        tf = f"((length(b2) - length(replace(b2, :w{i}, ''))) / {len(w) + 2}.0)"
-        parts.append(f"({tf} * {_K1 + 1} / ({tf} + {_K1} * ({1 - _B} + {_B} * dl / {_AVGDL})))")
+        params[f"w{i}"] = w
+        counts.append(f", sum(term = :w{i}) AS n{i}")
+        parts.append(f"(n{i} * {_K1 + 1} / (n{i} + {_K1} * ({1 - _B} + {_B} * dl / {_AVGDL})))")
+    params["bytes"] = _BYTES
+    wanted = ", ".join(f":w{i}" for i in range(len(terms)))
     sql = (
-        f"SELECT session_id, seq, {' + '.join(parts)} AS rank FROM ("
-        "SELECT session_id, seq, ' ' || replace(body, ' ', '  ') || ' ' AS b2, "
-        "length(body) - length(replace(body, ' ', '')) + 1 AS dl FROM search_fts "
-        f"WHERE search_fts MATCH :q AND tenant = :tenant{scope}{live.format(t='search_fts')}"
-        ") ORDER BY rank DESC, session_id DESC, seq DESC LIMIT :limit OFFSET :offset"
+        f"SELECT sid, seq, {' + '.join(parts) or '0.0'} AS rank FROM ("
+        f"SELECT max(sid) AS sid, max(seq) AS seq, max(dl) AS dl{''.join(counts)} "
+        # One row per matching document (term NULL), one per instance of a query token.
+        "FROM (SELECT search_fts.rowid AS doc, session_id AS sid, seq, "
+        f"{_docsize_tokens('d.sz')} AS dl, NULL AS term "
+        "FROM search_fts JOIN search_fts_docsize d ON d.id = search_fts.rowid "
+        f"WHERE search_fts MATCH :q AND tenant = :tenant{scope}{live.format(t='search_fts')} "
+        f"UNION ALL SELECT doc, NULL, NULL, NULL, term FROM temp.{_INSTANCES} "
+        f"WHERE term IN ({wanted or 'NULL'})) "
+        "GROUP BY doc HAVING max(sid) IS NOT NULL"
+        ") ORDER BY rank DESC, sid DESC, seq DESC LIMIT :limit OFFSET :offset"
     )
-    return [(r.session_id, int(r.seq), float(r.rank)) for r in conn.execute(text(sql), params)]
+    return [(r.sid, int(r.seq), float(r.rank)) for r in conn.execute(text(sql), params)]
+
+
+def _instance_table(conn: Connection) -> None:
+    """Declare the connection's fts5vocab table over the index's term instances (a view
+    of the index, nothing stored; in ``temp``, so no migration and no write)."""
+    conn.exec_driver_sql(
+        f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.{_INSTANCES} "
+        "USING fts5vocab(main, search_fts, instance)"
+    )
+
+
+def _docsize_tokens(sz: str) -> str:
+    """SQL for the first SQLite varint of FTS5's docsize blob ``sz``: the body's token
+    count (the other, unindexed columns follow at 0). Five bytes hold 35 bits, more than
+    the tokens of any SQLite string (under 2**31 bytes)."""
+
+    def byte(i: int) -> str:  # the byte's value: its offset in the blob of all 256 bytes
+        return f"(instr(:bytes, substr({sz}, {i}, 1)) - 1)"
+
+    whens, value = [], ""
+    for i in range(1, 6):
+        value = f"({value} - 128) * 128 + {byte(i)}" if value else byte(i)
+        whens.append(f"WHEN {byte(i)} < 128 THEN {value}" if i < 5 else f"ELSE {value}")
+    return "CASE " + " ".join(whens) + " END"
 
 
 def _snippet(body: str, groups: list[list[str]]) -> str:
