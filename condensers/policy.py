@@ -567,19 +567,7 @@ class CondensationPolicy:
         steps = [s for s in self.pipeline.steps if isinstance(s, ToolOutputPruner)]
         if not steps:
             return None
-        ctx = PlanContext(
-            trigger="threshold", target_tokens=0, batch=True, token_counter=self.token_counter
-        )
-        try:
-            out = yield from self.pipeline.routine(
-                session_id, self.budget, ctx, self.options, steps, view, catch=True
-            )
-        except ConflictError:
-            return None  # another writer moved on; the next check looks again
-        if not out.steps:
-            return None
-        out.trigger = None
-        return out
+        return (yield from self._side_run(session_id, view, steps, batch=True))
 
     def _intake(self, session_id: str, view: View) -> Routine[Outcome | None]:
         """Cap the results the model has not seen yet (see :class:`ResultTruncator`),
@@ -587,15 +575,33 @@ class CondensationPolicy:
         steps = [s for s in self.pipeline.steps if isinstance(s, ResultTruncator)]
         if not steps or not unseen_seqs(view):
             return None
+        return (yield from self._side_run(session_id, view, steps, intake=True))
+
+    def _side_run(
+        self,
+        session_id: str,
+        view: View,
+        steps: list[Any],
+        *,
+        batch: bool = False,
+        intake: bool = False,
+    ) -> Routine[Outcome | None]:
+        """Run ``steps`` alone on a check where nothing else runs (``batch``/``intake``
+        tell the steps which kind of run it is); ``None`` when they wrote nothing or
+        another writer moved on (the next check looks again)."""
         ctx = PlanContext(
-            trigger="threshold", target_tokens=0, intake=True, token_counter=self.token_counter
+            trigger="threshold",
+            target_tokens=0,
+            token_counter=self.token_counter,
+            batch=batch,
+            intake=intake,
         )
         try:
             out = yield from self.pipeline.routine(
                 session_id, self.budget, ctx, self.options, steps, view, catch=True
             )
         except ConflictError:
-            return None  # another writer moved on; the next check caps what is unseen then
+            return None
         if not out.steps:
             return None
         out.trigger = None
