@@ -23,12 +23,12 @@ Both return the statements they ran, for the ``eventstore db distribute`` comman
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from sqlalchemy import text
 from sqlalchemy.engine import Connection, Engine
 
 from ._engine import DEFAULT_LOCK_TIMEOUT_MS
+from ._routing import epoch, forget_distribution, is_distributed
 from .errors import SchemaError
 from .schema import SCHEMA_REVISION
 
@@ -40,7 +40,6 @@ __all__ = [
     "AlreadyDistributed",
     "is_distributed",
     "routes_appends",
-    "routes_views",
     "forget_distribution",
     "partition_by_session",
     "partitions_of",
@@ -111,58 +110,6 @@ def citus_available(conn: Connection) -> bool:
     return found is not None
 
 
-#: Key in a pooled connection's ``info``: whether its database's events are distributed,
-#: as of which :data:`_epoch`.
-_DISTRIBUTED = "eventstore.distributed"
-#: Moved on when Citus refuses a statement written for plain tables: every pooled
-#: connection of the process then asks again, once.
-_epoch = 0
-
-
-def is_distributed(conn: Connection, *, fresh: bool = False) -> bool:
-    """Whether ``events`` is a Citus distributed table in ``conn``'s database, asked once
-    per pooled connection (a connection opened after ``db distribute`` sees it; one opened
-    before learns it from :func:`forget_distribution`), or now with ``fresh``.
-
-    Citus sends a statement whole to the session's worker only when each condition shows
-    it the session's value: on a distributed store a view is one call of the routed view
-    function (:func:`routes_views`; without it, the view's one statement names its
-    parameters where they are used), a fork's view (two sessions) goes statement by
-    statement, and each write sets its lock timeout for its transaction."""
-    if conn.dialect.name != "postgresql":
-        return False
-    mark = conn.info.get(_DISTRIBUTED)
-    if mark is not None and mark[0] == _epoch and not fresh:
-        return bool(mark[1])
-    known = bool(
-        conn.exec_driver_sql(
-            "SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus')"
-        ).scalar()
-    )
-    if known:  # pg_dist_partition exists only where the extension is created
-        known = bool(
-            conn.exec_driver_sql(
-                "SELECT EXISTS (SELECT 1 FROM pg_dist_partition "
-                "WHERE logicalrelid = to_regclass('events'))"
-            ).scalar()
-        )
-    mark_distributed(conn.info, known)
-    return known
-
-
-def mark_distributed(info: dict[Any, Any], known: bool) -> None:
-    """Record in a pooled connection's ``info`` what :func:`is_distributed` found."""
-    info[_DISTRIBUTED] = (_epoch, known)
-
-
-def forget_distribution() -> None:
-    """Make :func:`is_distributed` ask again, once, on every pooled connection (Citus
-    refused a statement the store wrote for plain tables: they were distributed since the
-    connection asked, so its pool-mates may be just as wrong)."""
-    global _epoch
-    _epoch += 1
-
-
 class AlreadyDistributed(Exception):
     """:func:`distribute_citus` found the tables distributed: nothing to do but what
     :attr:`statements` (the routed functions, where they were missing or out of date)
@@ -187,31 +134,13 @@ def _routed_view_statements(conn: Connection) -> list[str]:
     none when it is there as this version writes it."""
     from ._sql import view_rows
 
-    if _routed_view_source(conn) == _view_source():
+    if view_rows.routed_view_source(conn) == view_rows.view_source():
         return []
     # CREATE OR REPLACE of a distributed function reaches the workers by itself.
     distributed = _distributed_function(conn, view_rows.ROUTED_VIEW_SIGNATURE)
     return [view_rows.routed_view_function()] + (
         [] if distributed else [view_rows.ROUTED_VIEW_DISTRIBUTE]
     )
-
-
-def _view_source() -> str:
-    """The body of the routed view's function as this version writes it."""
-    from ._sql import view_rows
-
-    ddl = view_rows.routed_view_function()
-    return ddl[ddl.index("$$") + 2 : ddl.rindex("$$")]
-
-
-def _routed_view_source(conn: Connection) -> str | None:
-    """The body of the routed view's function in ``conn``'s database, if it is there."""
-    from ._sql import view_rows
-
-    return conn.exec_driver_sql(
-        "SELECT prosrc FROM pg_proc "
-        f"WHERE oid = to_regprocedure('{view_rows.ROUTED_VIEW_SIGNATURE}')"
-    ).scalar()
 
 
 def _distributed_function(conn: Connection, signature: str) -> bool:
@@ -263,7 +192,7 @@ def routes_appends(conn: Connection) -> bool:
     if not is_distributed(conn):
         return False
     mark = conn.info.get(_ROUTED)
-    if mark is not None and mark[0] == _epoch:
+    if mark is not None and mark[0] == epoch():
         return bool(mark[1])
     from ._append import postgres
 
@@ -272,28 +201,7 @@ def routes_appends(conn: Connection) -> bool:
             f"SELECT to_regprocedure('{postgres.ROUTED_SIGNATURE}') IS NOT NULL"
         ).scalar()
     )
-    conn.info[_ROUTED] = (_epoch, known)
-    return known
-
-
-#: Key in a pooled connection's ``info``: whether views go through the routed function.
-_ROUTED_VIEW = "eventstore.routed_view"
-
-
-def routes_views(conn: Connection) -> bool:
-    """Whether a view on ``conn`` is read by one call of the routed view's function: the
-    tables are distributed (:func:`is_distributed`) and the function is there as this
-    version writes it (``db distribute`` creates it, and brings an earlier version's up to
-    date). Otherwise a distributed store reads a view with its one statement, which Citus
-    plans twice on every view. Asked once per pooled connection, as
-    :func:`is_distributed` is."""
-    if not is_distributed(conn):
-        return False
-    mark = conn.info.get(_ROUTED_VIEW)
-    if mark is not None and mark[0] == _epoch:
-        return bool(mark[1])
-    known = _routed_view_source(conn) == _view_source()
-    conn.info[_ROUTED_VIEW] = (_epoch, known)
+    conn.info[_ROUTED] = (epoch(), known)
     return known
 
 

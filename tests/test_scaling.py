@@ -32,15 +32,15 @@ from eventstore import (
     ToolCallPart,
 )
 from eventstore._features.replica import parse_lsn
+from eventstore._routing import _DISTRIBUTED as DISTRIBUTED_KEY
+from eventstore._routing import mark_distributed
 from eventstore._sql import view_rows as _view_rows
 from eventstore.cli import cli
-from eventstore.distribution import _DISTRIBUTED as DISTRIBUTED_KEY
 from eventstore.distribution import (
     SESSION_TABLES,
     citus_preloaded,
     forget_distribution,
     is_distributed,
-    mark_distributed,
     partitions_of,
 )
 from eventstore.migrate import check, current_revision, downgrade, upgrade

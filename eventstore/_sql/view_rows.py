@@ -33,8 +33,8 @@ from sqlalchemy import select
 from sqlalchemy.engine import Connection
 
 from .._engine import driver_error
+from .._routing import epoch, forget_distribution, is_distributed
 from ..codec import decode_row
-from ..distribution import forget_distribution, is_distributed, routes_views
 from ..errors import InvalidEventError, ReadAgain
 from ..events import Condensation, Prune
 from ..records import StoredEvent
@@ -51,6 +51,9 @@ __all__ = [
     "ROUTED_VIEW_FUNCTION",
     "ROUTED_VIEW_SIGNATURE",
     "ROUTED_VIEW_DISTRIBUTE",
+    "routes_views",
+    "view_source",
+    "routed_view_source",
 ]
 
 
@@ -968,3 +971,39 @@ def _read_parts(
                     elif cur.compacted_seq is None:
                         out[fr.seq][fr.idx] = PartState(cur.tokens, fr.compacted_seq)
     return out, rows
+
+
+# --------------------------------------------------------------------------- routed or not
+
+#: Key in a pooled connection's ``info``: whether views go through the routed function.
+_ROUTED_VIEW = "eventstore.routed_view"
+
+
+def routes_views(conn: Connection) -> bool:
+    """Whether a view on ``conn`` is read by one call of the routed view's function: the
+    tables are distributed (:func:`~eventstore._routing.is_distributed`) and the function
+    is there as this version writes it (``db distribute`` creates it, and brings an earlier
+    version's up to date). Otherwise a distributed store reads a view with its one
+    statement, which Citus plans twice on every view. Asked once per pooled connection,
+    as whether the tables are distributed is."""
+    if not is_distributed(conn):
+        return False
+    mark = conn.info.get(_ROUTED_VIEW)
+    if mark is not None and mark[0] == epoch():
+        return bool(mark[1])
+    known = routed_view_source(conn) == view_source()
+    conn.info[_ROUTED_VIEW] = (epoch(), known)
+    return known
+
+
+def view_source() -> str:
+    """The body of the routed view's function as this version writes it."""
+    ddl = routed_view_function()
+    return ddl[ddl.index("$$") + 2 : ddl.rindex("$$")]
+
+
+def routed_view_source(conn: Connection) -> str | None:
+    """The body of the routed view's function in ``conn``'s database, if it is there."""
+    return conn.exec_driver_sql(
+        f"SELECT prosrc FROM pg_proc WHERE oid = to_regprocedure('{ROUTED_VIEW_SIGNATURE}')"
+    ).scalar()
