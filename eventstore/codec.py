@@ -440,7 +440,7 @@ def canonical_json(value: Any) -> str:
         return _sorted_json(value).decode("utf-8")
     except (_NotPlain, *_PLAIN_JSON_REFUSED):
         pass
-    return _canonical_dumps(value)
+    return canonical_dumps(value)
 
 
 # What ``json.dumps`` with these options builds on every call, built once.
@@ -449,7 +449,7 @@ _CANONICAL = json.JSONEncoder(
 )
 
 
-def _canonical_dumps(value: Any) -> str:
+def canonical_dumps(value: Any) -> str:
     """:func:`canonical_json` through ``json.dumps`` (the reference encoding)."""
     try:
         text = _CANONICAL.encode(value)

@@ -274,12 +274,12 @@ def test_a_view_is_one_call_on_the_sessions_worker_and_reads_what_the_statement_
     seq; a view is one delegated call, committed without two-phase commit; a fork is
     left to the statement-by-statement read."""
     from eventstore._sql import view_rows as vr
-    from tests.test_views import _busy_lineage
+    from tests.test_views import busy_lineage
 
     log = _RemoteCommands(distributed_url)
     store = EventStore(engine=log.engine, tenant=f"t-{uuid.uuid4().hex}")
     try:
-        root, fork, grand = _busy_lineage(store)
+        root, fork, grand = busy_lineage(store)
         statement, template = vr._alone_statement(True, "$", True)
         with store.engine.connect() as conn:
             assert vr.routes_views(conn)

@@ -2,7 +2,7 @@
 
 Stored payloads are hashed into the chain, so two encoders that disagree on one byte would
 make the same event hash differently depending on which path encoded it. The reference is
-``_canonical_dumps`` (``json.dumps`` with sorted keys, no whitespace, non-ASCII kept,
+``canonical_dumps`` (``json.dumps`` with sorted keys, no whitespace, non-ASCII kept,
 surrogates escaped); every test here holds ``canonical_json`` and ``canonical_json_bytes``
 to it.
 """
@@ -23,9 +23,9 @@ from sqlalchemy import text
 
 from eventstore import EventStore, InvalidEventError, codec
 from eventstore.codec import (
-    _canonical_dumps,
     _NotPlain,
     _sorted_plain,
+    canonical_dumps,
     canonical_json,
     canonical_json_bytes,
     encode_event,
@@ -47,7 +47,7 @@ pytestmark = pytest.mark.usefixtures("plain_encoder")
 
 def _same(value: Any) -> str:
     """Assert both public encoders agree with the reference; return the text."""
-    ref = _canonical_dumps(value)
+    ref = canonical_dumps(value)
     assert canonical_json(value) == ref
     assert canonical_json_bytes(value) == ref.encode("utf-8")
     return ref
@@ -190,7 +190,7 @@ def test_event_payloads_equal_the_reference_encoding_of_their_dump() -> None:
         data = EVENT_ADAPTER.dump_python(
             evt, mode="json", exclude_none=True, exclude={"id", "created_at", "kind"}
         )
-        assert encode_event(evt) == _canonical_dumps(data)
+        assert encode_event(evt) == canonical_dumps(data)
 
 
 def test_stored_payloads_and_hashes_do_not_depend_on_the_batch_size(store: EventStore) -> None:
@@ -324,7 +324,7 @@ def test_every_event_class_is_dumped_as_the_union_dumps_it() -> None:
         data = EVENT_ADAPTER.dump_python(
             evt, mode="json", exclude_none=True, exclude={"id", "created_at", "kind"}
         )
-        assert encode_event(evt) == _canonical_dumps(data)
+        assert encode_event(evt) == canonical_dumps(data)
 
 
 def test_an_event_subclass_is_dumped_through_the_union() -> None:
@@ -335,7 +335,7 @@ def test_an_event_subclass_is_dumped_through_the_union() -> None:
     data = EVENT_ADAPTER.dump_python(
         evt, mode="json", exclude_none=True, exclude={"id", "created_at", "kind"}, warnings=False
     )
-    assert encode_event(evt) == _canonical_dumps(data)
+    assert encode_event(evt) == canonical_dumps(data)
 
 
 def test_message_part_rows_are_those_of_count_part_and_part_columns() -> None:

@@ -25,9 +25,9 @@ from eventstore.codec import (
     _COLUMNS,
     _EVENT_CLASSES,
     EVENT_ADAPTER,
-    _canonical_dumps,
     _message_plain,
     _payload,
+    canonical_dumps,
     canonical_json_bytes,
     encode_event,
 )
@@ -226,7 +226,7 @@ def test_well_formed_messages_take_the_fast_path_and_match_json_dumps(msg: Messa
     assert _message_plain(msg) is not None  # the path under test is the one taken
     text, _ = _assert_same(msg)
     dump = EVENT_ADAPTER.dump_python(msg, mode="json", exclude_none=True, exclude=_COLUMNS)
-    assert text == _canonical_dumps(dump)
+    assert text == canonical_dumps(dump)
 
 
 def _encodings_equal(got: codec.Encoded, want: codec.Encoded) -> None:

@@ -18,7 +18,7 @@ import pytest
 from sqlalchemy import select
 
 from eventstore import EventStore
-from eventstore.codec import _canonical_dumps, chain_hash, decode_row
+from eventstore.codec import canonical_dumps, chain_hash, decode_row
 from eventstore.events import EVENT_ADAPTER
 from eventstore.importers import detect_agent_format, import_transcript, transcripts_under
 from eventstore.schema import events
@@ -32,7 +32,7 @@ def _reference_payload(kind: str, payload: str, event_id: str, created_at: Any) 
     data = EVENT_ADAPTER.dump_python(
         evt, mode="json", exclude_none=True, exclude={"id", "created_at", "kind"}
     )
-    return _canonical_dumps(data)
+    return canonical_dumps(data)
 
 
 def _aware(value: datetime | str) -> datetime:

@@ -570,7 +570,7 @@ def test_calls_recorded_before_null_content_still_verify(store: EventStore) -> N
 # --------------------------------------------------------------------------- one query
 
 
-def _busy_lineage(store: EventStore) -> list[str]:
+def busy_lineage(store: EventStore) -> list[str]:
     """A session and two nested forks with everything a view reads: pins (one not a
     message, one after the forgotten range), prunes of own and inherited parts, requests,
     breaker events (and customs that only mention one), model calls, lone surrogates."""
@@ -618,7 +618,7 @@ def test_the_one_query_reads_what_the_statements_read(store: EventStore) -> None
     from eventstore._sql import lineage_and_head
     from eventstore._sql.view_rows import _by_statements, _in_one_query
 
-    for sid in _busy_lineage(store):
+    for sid in busy_lineage(store):
         with store.engine.connect() as conn:
             segments, head = lineage_and_head(conn, store.tenant, sid)
             for seq in range(1, head + 1):
@@ -633,7 +633,7 @@ def test_the_statement_alone_reads_what_the_lineage_read_does(store: EventStore)
     # the head; a fork is left to that read (and remembered, so it is not asked again).
     from eventstore._sql.view_rows import view_rows, view_rows_at_once
 
-    root, fork, grand = _busy_lineage(store)
+    root, fork, grand = busy_lineage(store)
     forks: set[str] = set()
     with store.engine.connect() as conn:
         head = store.head(root)
