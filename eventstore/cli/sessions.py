@@ -321,11 +321,13 @@ _FILE_FORMATS = ("jsonl", "openai", "swe-agent", "mini-swe-agent", "openhands", 
 def import_cmd(
     state: State, path: str, fmt: str, new_ids: bool, new_id: bool, as_json: bool
 ) -> None:
-    """Import PATH: a coding-agent transcript (Claude Code, Codex, Gemini CLI, aider, Cline), an
-    export, a chat transcript or an agent trajectory; or a directory of transcripts.
+    """Import PATH: a coding-agent transcript (Claude Code, Codex, Gemini CLI, aider, Cline,
+    OpenCode), an export, a chat transcript or an agent trajectory; or a directory of
+    transcripts.
 
     A coding-agent transcript goes to the session keyed "<format>:<its session id>": importing
-    it again adds only what is new ("up to date" when nothing is). Every other file becomes
+    it again adds only what is new ("up to date" when nothing is). OpenCode's SQLite database
+    (~/.local/share/opencode/opencode.db, opened read-only) imports each of its sessions so. Every other file becomes
     new sessions; an export keeps its session id, event ids and hashes, and each such file is
     one transaction (a file that fails leaves nothing behind). A transcript goes in batches:
     one that fails halfway is completed by the next import.

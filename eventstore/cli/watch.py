@@ -11,6 +11,7 @@ the next pass, and so does a compaction marker whose summary is not written yet.
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -19,13 +20,16 @@ import click
 
 from .root import State, cli, db_option, fail, json_option, pass_state
 
+_DATA = os.environ.get("XDG_DATA_HOME") or "~/.local/share"
 DEFAULT_PATHS = (
     "~/.claude/projects",
     "~/.codex/sessions",
     "~/.gemini/tmp",
-    "~/.local/share/opencode/storage/session",
+    f"{_DATA}/opencode/opencode.db",
+    f"{_DATA}/opencode/storage/session",
 )
-"""Where Claude Code, Codex CLI and Gemini CLI keep their sessions."""
+"""Where Claude Code, Codex CLI, Gemini CLI and OpenCode keep their sessions (OpenCode: in
+its XDG data folder on every OS, its database since 1.2 and its storage files before)."""
 
 
 @cli.command("watch")
@@ -55,10 +59,11 @@ def watch_cmd(
     """Import coding-agent transcripts under PATHS and keep importing what they append.
 
     PATHS are files or directories (default: ~/.claude/projects, ~/.codex/sessions,
-    ~/.gemini/tmp and ~/.local/share/opencode/storage/session, those that exist). Each
-    changed transcript is brought up to date in its session (key "<format>:<session id>");
-    a row is printed for each session that got new events (--json: one JSON object per
-    line). Stop with Ctrl-C.
+    ~/.gemini/tmp, and OpenCode's ~/.local/share/opencode/opencode.db and
+    ~/.local/share/opencode/storage/session, or under $XDG_DATA_HOME when it is set; those
+    that exist). Each changed transcript is brought up to date in its session (key
+    "<format>:<session id>"; every session of OpenCode's database); a row is printed for
+    each session that got new events (--json: one JSON object per line). Stop with Ctrl-C.
     """
     roots = [Path(p).expanduser() for p in paths] or [
         Path(p).expanduser() for p in DEFAULT_PATHS if Path(p).expanduser().exists()

@@ -17,6 +17,7 @@ from ._loading import (
 from .jsonl import EXPORT_FORMAT, parse_export
 from .mini_swe_agent import looks_mini, mini_transcript
 from .openai import openai_transcript
+from .opencode_db import not_opencode_error
 from .openhands import looks_openhands, openhands_transcripts
 from .openhands_v1 import looks_v1, v1_transcripts
 from .swe_agent import swe_agent_transcript
@@ -88,6 +89,9 @@ def detect_format(path: str | Path) -> Format:
     agent = detect_agent_format(path)
     if agent is not None:
         return agent  # type: ignore[return-value]
+    refused = not_opencode_error(path)
+    if refused is not None:
+        raise refused
     try:
         return _detect(load_file(path))
     except ImportFormatError as exc:

@@ -54,11 +54,20 @@ from .codex import Codex, looks_codex
 from .gemini_cli import GeminiCli, json_session_records, looks_gemini, looks_gemini_header
 from .opencode import (
     OpenCode,
+    numbered,
     opencode_kind,
     opencode_records,
     session_info,
     storage_message_files,
     storage_stamp,
+)
+from .opencode_db import (
+    DbSession,
+    db_stamp,
+    is_opencode_db,
+    is_sqlite,
+    not_opencode_error,
+    session_ids,
 )
 
 AGENT_FORMATS: dict[str, type[Converter]] = {
@@ -115,6 +124,8 @@ def detect_agent_format(path: str | Path) -> str | None:
     p = Path(path)
     if p.suffix == ".md":
         return "aider" if looks_aider(p) else None
+    if is_sqlite(p):
+        return "opencode" if is_opencode_db(p) else None
     if looks_cline(p):
         return "cline"
     if opencode_kind(p) is not None:
@@ -142,14 +153,23 @@ def detect_agent_format(path: str | Path) -> str | None:
 
 def change_stamp(path: str | Path, fmt: str) -> tuple[int, ...]:
     """What tells that a transcript changed since it was last looked at: its size and
-    modification time, and for an OpenCode storage session the time of the files beside
-    it that its messages are added to."""
+    modification time, for an OpenCode storage session the time of the files beside it
+    that its messages are added to, and for OpenCode's database its write-ahead log."""
     st = Path(path).stat()
-    extra = (storage_stamp(path),) if fmt == "opencode" and opencode_kind(path) == "storage" else ()
+    extra: tuple[int, ...] = ()
+    if fmt == "opencode" and is_sqlite(path):
+        extra = db_stamp(path)
+    elif fmt == "opencode" and opencode_kind(path) == "storage":
+        extra = (storage_stamp(path),)
     return (st.st_size, st.st_mtime_ns, *extra)
 
 
-def _records(path: Path, fmt: str, counter: list[int]) -> Iterator[tuple[int, Any] | Torn]:
+def _records(
+    path: Path, fmt: str, counter: list[int], db: DbSession | None = None
+) -> Iterator[tuple[int, Any] | Torn]:
+    if db is not None:
+        yield from numbered(db.messages())
+        return
     if fmt == "aider":
         yield from read_lines(path, counter)
         return
@@ -250,17 +270,19 @@ def import_transcript(
 
     Args:
         store: Where to write.
-        path: The transcript (a ``.jsonl`` file, or a Gemini CLI ``.json`` session).
+        path: The transcript (a ``.jsonl`` file, a Gemini CLI ``.json`` session, or
+            OpenCode's SQLite database: every session in it).
         format: One of :data:`AGENT_FORMATS` (``claude-code``, ``codex``, ``gemini-cli``,
-            ``aider``, ``cline``); detected from the content when omitted.
+            ``aider``, ``cline``, ``opencode``); detected from the content when omitted.
         final: The file is complete (``import``). ``False`` (``watch``) keeps back a
             compaction marker whose summary is not written yet.
-        progress: Called with ``(bytes_read, bytes_total)`` as the file is read.
+        progress: Called with ``(bytes_read, bytes_total)`` as the file is read (for a
+            database, ``(sessions_read, sessions)``).
         batch_size: Events per append.
 
     Returns:
         One entry per session the transcript fills (the main one first, then subagents;
-        for aider, one per chat).
+        for aider, one per chat; for a database, one per session in it, oldest first).
 
     Raises:
         ImportFormatError: Not a transcript of a known format (the message names the
@@ -269,6 +291,9 @@ def import_transcript(
             stored, and importing again resumes after them).
     """
     p = Path(path)
+    refused = not_opencode_error(p)
+    if refused is not None:
+        raise refused
     fmt = format or detect_agent_format(p)
     if fmt is None:
         raise ImportFormatError(
@@ -284,7 +309,37 @@ def import_transcript(
             f"{p}: this is a {detect_agent_format(p)} transcript, not {fmt}; "
             "omit --format to detect it"
         )
-    key = f"{fmt}:{_peek_source_id(p, fmt)}"
+    if fmt == "opencode" and is_sqlite(p):
+        ids = session_ids(p)
+        out: list[SessionImport] = []
+        for n, sid in enumerate(ids, 1):
+            out.extend(_import_one(store, p, fmt, DbSession(p, sid), final, None, batch_size))
+            if progress:
+                progress(n, len(ids))
+        return out
+    return _import_one(store, p, fmt, None, final, progress, batch_size)
+
+
+def _converter(p: Path, fmt: str, db: DbSession | None) -> Converter:
+    if db is not None:
+        return OpenCode(p, info=db.info())
+    conv = AGENT_FORMATS[fmt](p)
+    conv.when = _first_time(p) or conv.when
+    return conv
+
+
+def _import_one(
+    store: EventStore,
+    p: Path,
+    fmt: str,
+    db: DbSession | None,
+    final: bool,
+    progress: BytesProgress | None,
+    batch_size: int,
+) -> list[SessionImport]:
+    """One transcript, or one session of a database, into its sessions."""
+    key = f"{fmt}:{db.id if db is not None else _peek_source_id(p, fmt)}"
+    conv = _converter(p, fmt, db)
     multi = AGENT_FORMATS[fmt].multi
     main = None if multi else _by_key(store, key)
     targets: dict[str | None, _Target] = {None: _Target(main, None)}
@@ -292,22 +347,21 @@ def import_transcript(
     n = 1
     while multi and (found := _by_key(store, f"{key}#{n}")) is not None:
         targets[str(n)] = _Target(found, str(n))
-        resume = max(resume, _resume_point(store, targets[str(n)], p.name))
+        resume = max(resume, _resume_point(store, targets[str(n)], conv.file))
         n += 1
     if main is not None:
-        resume = _resume_point(store, targets[None], p.name)
+        resume = _resume_point(store, targets[None], conv.file)
         for child in store.list_sessions(parent_id=main.id, limit=None):
             sub = (child.metadata or {}).get("subagent")
             if isinstance(sub, dict) and isinstance(sub.get("name"), str):
                 targets[sub["name"]] = _Target(child, sub["name"])
-                resume = max(resume, _resume_point(store, targets[sub["name"]], p.name))
-    conv = AGENT_FORMATS[fmt](p, resume=resume)
-    conv.when = _first_time(p) or conv.when
+                resume = max(resume, _resume_point(store, targets[sub["name"]], conv.file))
+    conv.resume = resume
     total = p.stat().st_size
     counter = [0]
     pending: int | None = None
     writer = _Writer(store, conv, key, targets, batch_size)
-    for rec in _records(p, fmt, counter):
+    for rec in _records(p, fmt, counter, db):
         if isinstance(rec, Torn):
             pending = rec.line
             break
@@ -326,24 +380,33 @@ def import_transcript(
 
 def convert_transcript(path: str | Path, fmt: str) -> list[Transcript]:
     """A coding-agent transcript converted without a store: the main session's events,
-    then one transcript per subagent (for inspection and tests)."""
+    then one transcript per subagent (for inspection and tests); for OpenCode's database,
+    each of its sessions."""
     p = Path(path)
-    conv = AGENT_FORMATS[fmt](p)
-    conv.when = _first_time(p) or conv.when
+    refused = not_opencode_error(p)
+    if refused is not None:
+        raise refused
+    if fmt == "opencode" and is_sqlite(p):
+        return [t for sid in session_ids(p) for t in _convert_one(p, fmt, DbSession(p, sid))]
+    return _convert_one(p, fmt, None)
+
+
+def _convert_one(p: Path, fmt: str, db: DbSession | None) -> list[Transcript]:
+    conv = _converter(p, fmt, db)
     items: list[Item] = []
-    for rec in _records(p, fmt, [0]):
+    for rec in _records(p, fmt, [0], db):
         if isinstance(rec, Torn):
             break
         conv.push(*rec)
         items.extend(conv.drain())
     conv.finish()
     items.extend(conv.drain())
-    key = f"{fmt}:{_peek_source_id(p, fmt)}"
+    key = f"{fmt}:{db.id if db is not None else _peek_source_id(p, fmt)}"
     out = [
         Transcript(
             events=[i.event for i in items if i.child is None],
             title=conv.title,
-            metadata={**conv.metadata, "import": {"format": fmt, "file": p.name, "key": key}},
+            metadata={**conv.metadata, "import": {"format": fmt, "file": conv.file, "key": key}},
         )
     ]
     for name, info in conv.children.items():
@@ -353,7 +416,7 @@ def convert_transcript(path: str | Path, fmt: str) -> list[Transcript]:
                 title=info.title,
                 metadata={
                     **info.metadata,
-                    "import": {"format": fmt, "file": p.name, "key": f"{key}/{name}"},
+                    "import": {"format": fmt, "file": conv.file, "key": f"{key}/{name}"},
                 },
             )
         )
@@ -553,7 +616,11 @@ def transcripts_under(root: str | Path) -> list[Path]:
         for p in Path(root).rglob("*")
         if p.is_file()
         and not storage_message_files(p)
-        and (p.suffix in (".jsonl", ".json") or (p.suffix == ".md" and _history_name(p.name)))
+        and (
+            p.suffix in (".jsonl", ".json")
+            or (p.suffix == ".md" and _history_name(p.name))
+            or (p.suffix == ".db" and is_opencode_db(p))
+        )
     ]
     return sorted(found, key=lambda p: (_is_subagent_file(p), str(p)))
 

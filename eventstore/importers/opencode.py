@@ -162,6 +162,13 @@ def opencode_records(path: str | Path, counter: list[int]) -> Iterator[tuple[int
         messages = _storage_messages(p, data["id"])
     else:
         raise format_error(str(p), "expected an OpenCode session file or export")
+    yield from numbered(messages)
+    counter[0] = p.stat().st_size
+
+
+def numbered(messages: Iterator[Any]) -> Iterator[tuple[int, Any] | Torn]:
+    """Messages (``{"info", "parts"}``, from any of OpenCode's stores) as records numbered
+    from 1; a last assistant message still streaming is :class:`Torn`."""
     previous: Any = None
     n = 0
     for message in messages:
@@ -169,7 +176,6 @@ def opencode_records(path: str | Path, counter: list[int]) -> Iterator[tuple[int
             yield n, previous
         n += 1
         previous = message
-    counter[0] = p.stat().st_size
     if n:
         yield (Torn(n) if _streaming(previous) else (n, previous))
 
@@ -216,13 +222,16 @@ def _provider(part: dict[str, Any]) -> ProviderPart:
 class OpenCode(Converter):
     format = FORMAT
 
-    def __init__(self, *args: Any, **kw: Any) -> None:
-        super().__init__(*args, **kw)
-        info = session_info(self.path)
+    def __init__(
+        self, path: str | Path, resume: int = 0, *, info: dict[str, Any] | None = None
+    ) -> None:
+        """``info``: the session, when it is not read from ``path`` (a database's)."""
+        super().__init__(path, resume)
+        info = session_info(self.path) if info is None else info
         self.source_id = str(info["id"])
         # Events name the session's storage file as their source, whether read from the
-        # storage or from an export: both make the same events, so either brings the other
-        # up to date.
+        # storage, an export or the database: all make the same events, so any brings the
+        # others up to date.
         self.file = f"{self.source_id}.json"
         self.title = short_title(str(info.get("title") or "")) or None
         self.metadata = {
