@@ -317,7 +317,7 @@ def test_cli_imports_a_directory_finding_the_database_among_other_sqlite_files(
 
 
 def test_watch_once_follows_the_database(
-    db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from eventstore.cli.watch import _Watcher
 
@@ -342,10 +342,29 @@ def test_watch_once_follows_the_database(
             writer.execute("PRAGMA wal_autocheckpoint = 0")
             _insert_messages(writer, _message_files(MAIN_ID)[-4:])
             writer.commit()
+            capsys.readouterr()
             watcher.one_pass()
+            # Only the session that changed was read again.
+            rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+            assert [(r["key"], r["events"]) for r in rows] == [(f"opencode:{MAIN_ID}", 5)]
+            assert sorted(watcher.sessions[db]) == sorted([MAIN_ID, CHILD_ID])
+            # A part OpenCode rewrote in place (a prune) is seen too.
+            (data,) = writer.execute(
+                "SELECT data FROM part WHERE id = 'prt_19b76dd7148027Mx39'"
+            ).fetchone()
+            part = json.loads(data)
+            part["state"]["time"]["compacted"] = 1767225790000
+            writer.execute(
+                "UPDATE part SET data = ? WHERE id = 'prt_19b76dd7148027Mx39'",
+                (json.dumps(part),),
+            )
+            writer.commit()
+            watcher.one_pass()
+            rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+            assert [(r["key"], r["events"]) for r in rows] == [(f"opencode:{MAIN_ID}", 1)]
         finally:
             writer.close()
-        assert store.get_session_by_key(f"opencode:{MAIN_ID}").head_seq == 15
+        assert store.get_session_by_key(f"opencode:{MAIN_ID}").head_seq == 16
     finally:
         store.close()
 

@@ -327,10 +327,10 @@ def import_cmd(
 
     A coding-agent transcript goes to the session keyed "<format>:<its session id>": importing
     it again adds only what is new ("up to date" when nothing is). OpenCode's SQLite database
-    (~/.local/share/opencode/opencode.db, opened read-only) imports each of its sessions so. Every other file becomes
-    new sessions; an export keeps its session id, event ids and hashes, and each such file is
-    one transaction (a file that fails leaves nothing behind). A transcript goes in batches:
-    one that fails halfway is completed by the next import.
+    (~/.local/share/opencode/opencode.db, opened read-only) imports each of its sessions so.
+    Every other file becomes new sessions; an export keeps its session id, event ids and
+    hashes, and each such file is one transaction (a file that fails leaves nothing behind).
+    A transcript goes in batches: one that fails halfway is completed by the next import.
     """
     from eventstore.importers import detect_agent_format
 

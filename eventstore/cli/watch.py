@@ -96,6 +96,7 @@ class _Watcher:
         self.store, self.roots, self.fmt, self.as_json = store, roots, fmt, as_json
         self.seen: dict[Path, tuple[int, ...]] = {}  # change stamp at the last pass
         self.formats: dict[Path, str | None] = {}
+        self.sessions: dict[Path, dict[str, tuple[Any, ...]]] = {}  # OpenCode's database's
         self.failed = 0
 
     def files(self) -> list[Path]:
@@ -133,7 +134,9 @@ class _Watcher:
                     self.formats.pop(path, None)  # an empty file may become one
                 continue
             try:
-                done = import_transcript(self.store, path, found, final=False)
+                done = import_transcript(
+                    self.store, path, found, final=False, seen=self.sessions.setdefault(path, {})
+                )
             except ImportFormatError as exc:
                 self.failed += 1
                 click.echo(f"failed {path}: {exc}", err=True)

@@ -68,6 +68,7 @@ from .opencode_db import (
     is_sqlite,
     not_opencode_error,
     session_ids,
+    session_stamps,
 )
 
 AGENT_FORMATS: dict[str, type[Converter]] = {
@@ -265,6 +266,7 @@ def import_transcript(
     final: bool = True,
     progress: BytesProgress | None = None,
     batch_size: int = DEFAULT_BATCH,
+    seen: dict[str, tuple[Any, ...]] | None = None,
 ) -> list[SessionImport]:
     """Import (or bring up to date) one coding-agent transcript.
 
@@ -279,6 +281,9 @@ def import_transcript(
         progress: Called with ``(bytes_read, bytes_total)`` as the file is read (for a
             database, ``(sessions_read, sessions)``).
         batch_size: Events per append.
+        seen: For OpenCode's database, what each session looked like when this import last
+            read it (kept by the caller between imports, as ``watch`` does; updated here):
+            a session unchanged since is not read again, nor reported.
 
     Returns:
         One entry per session the transcript fills (the main one first, then subagents;
@@ -310,12 +315,15 @@ def import_transcript(
             "omit --format to detect it"
         )
     if fmt == "opencode" and is_sqlite(p):
-        ids = session_ids(p)
+        stamps = session_stamps(p)
         out: list[SessionImport] = []
-        for n, sid in enumerate(ids, 1):
-            out.extend(_import_one(store, p, fmt, DbSession(p, sid), final, None, batch_size))
+        for n, (sid, stamp) in enumerate(stamps, 1):
+            if seen is None or seen.get(sid) != stamp:
+                out.extend(_import_one(store, p, fmt, DbSession(p, sid), final, None, batch_size))
+                if seen is not None:
+                    seen[sid] = stamp
             if progress:
-                progress(n, len(ids))
+                progress(n, len(stamps))
         return out
     return _import_one(store, p, fmt, None, final, progress, batch_size)
 

@@ -119,6 +119,29 @@ def session_ids(path: str | Path) -> list[str]:
     return [str(r[0]) for r in rows]
 
 
+def session_stamps(path: str | Path) -> list[tuple[str, tuple[Any, ...]]]:
+    """Each session (oldest first, as :func:`session_ids`) with what tells that it changed:
+    its update time, and its messages' and parts' count, newest update time and total size
+    (OpenCode rewrites a row in place as it streams, and to prune a tool's output). Read in
+    one snapshot, before the sessions are: a change made meanwhile shows at the next look."""
+    with closing(connect(path)) as conn:
+        try:
+            conn.execute("BEGIN")
+            sizes: dict[str, tuple[Any, ...]] = {}
+            for table in ("message", "part"):
+                for sid, *stamp in conn.execute(
+                    f"SELECT session_id, count(*), max(time_updated), sum(length(data)) "
+                    f"FROM {table} GROUP BY session_id"
+                ):
+                    sizes[sid] = (*sizes.get(sid, ()), table, *stamp)
+            rows = conn.execute(
+                "SELECT id, time_updated FROM session ORDER BY time_created, id"
+            ).fetchall()
+        except sqlite3.Error as exc:
+            raise format_error(str(path), f"cannot read its sessions: {exc}") from None
+    return [(str(sid), (updated, *sizes.get(sid, ()))) for sid, updated in rows]
+
+
 def db_stamp(path: str | Path) -> tuple[int, ...]:
     """The write-ahead log's size and time: OpenCode's writes land there, and reach the
     database file only at a checkpoint."""
@@ -126,7 +149,8 @@ def db_stamp(path: str | Path) -> tuple[int, ...]:
         st = Path(f"{path}-wal").stat()
     except OSError:
         return (0, 0)
-    return (st.st_size, st.st_mtime_ns)
+    # An empty log holds nothing (a reader, this one too, may have just created it).
+    return (st.st_size, st.st_mtime_ns) if st.st_size else (0, 0)
 
 
 class DbSession:
