@@ -180,7 +180,8 @@ def test_an_sqlite_file_that_is_not_opencodes_is_a_clear_error(
                 import_transcript(store, path, fmt)
         with pytest.raises(ImportFormatError, match="not OpenCode's"):
             detect_format(path)
-    with pytest.raises(ImportFormatError, match="session has no project_id, time_created"):
+    lacking = "session has no project_id, time_created, time_updated"
+    with pytest.raises(ImportFormatError, match=lacking):
         import_transcript(store, other)
     args = ["--db", f"sqlite:///{tmp_path / 'cli.db'}", "import", str(other)]
     result = CliRunner().invoke(cli, args)
@@ -380,3 +381,24 @@ def test_a_row_whose_data_is_not_json_names_the_session_and_the_row(
     with pytest.raises(ImportFormatError, match=f"session {MAIN_ID}.*message {first}"):
         import_transcript(store, db)
     assert store.list_sessions(limit=None) == []
+
+
+def test_a_session_held_only_in_the_newer_message_table_is_named_not_dropped(
+    store: EventStore, tmp_path: Path
+) -> None:
+    db = build_db(tmp_path / "opencode.db")
+    with closing(sqlite3.connect(db)) as conn:
+        conn.execute(
+            "INSERT INTO session (id, project_id, slug, directory, title, version, "
+            "time_created, time_updated) SELECT 'ses_newer', project_id, 's', directory, 't', "
+            "'2.0.0', time_created + 1, time_updated FROM session WHERE id = ?",
+            (MAIN_ID,),
+        )
+        conn.execute(
+            "INSERT INTO session_message VALUES ('msg_newer', 'ses_newer', 'user', 1, 1, '{}')"
+        )
+        conn.commit()
+    with pytest.raises(ImportFormatError, match="1 session.*session_message.*ses_newer"):
+        import_transcript(store, db)
+    keys = sorted(s.key for s in store.list_sessions(limit=None))
+    assert keys == sorted([f"opencode:{MAIN_ID}", f"opencode:{CHILD_ID}"])

@@ -66,6 +66,8 @@ from .opencode_db import (
     db_stamp,
     is_opencode_db,
     is_sqlite,
+    newer_model_error,
+    newer_model_only,
     not_opencode_error,
     session_ids,
     session_stamps,
@@ -316,14 +318,18 @@ def import_transcript(
         )
     if fmt == "opencode" and is_sqlite(p):
         stamps = session_stamps(p)
+        unread = newer_model_only(p)
+        skip = set(unread)
         out: list[SessionImport] = []
         for n, (sid, stamp) in enumerate(stamps, 1):
-            if seen is None or seen.get(sid) != stamp:
+            if sid not in skip and (seen is None or seen.get(sid) != stamp):
                 out.extend(_import_one(store, p, fmt, DbSession(p, sid), final, None, batch_size))
                 if seen is not None:
                     seen[sid] = stamp
             if progress:
                 progress(n, len(stamps))
+        if unread:
+            raise newer_model_error(p, unread)
         return out
     return _import_one(store, p, fmt, None, final, progress, batch_size)
 
@@ -395,6 +401,9 @@ def convert_transcript(path: str | Path, fmt: str) -> list[Transcript]:
     if refused is not None:
         raise refused
     if fmt == "opencode" and is_sqlite(p):
+        unread = newer_model_only(p)
+        if unread:
+            raise newer_model_error(p, unread)
         return [t for sid in session_ids(p) for t in _convert_one(p, fmt, DbSession(p, sid))]
     return _convert_one(p, fmt, None)
 

@@ -34,9 +34,9 @@ from ._loading import ImportFormatError, format_error
 SQLITE_MAGIC = b"SQLite format 3\x00"
 
 _REQUIRED = {
-    "session": {"id", "project_id", "title", "time_created"},
-    "message": {"id", "session_id", "data"},
-    "part": {"id", "message_id", "data"},
+    "session": {"id", "project_id", "title", "time_created", "time_updated"},
+    "message": {"id", "session_id", "time_updated", "data"},
+    "part": {"id", "message_id", "session_id", "time_updated", "data"},
 }
 """The columns that make a SQLite file an OpenCode database (present since its first schema)."""
 
@@ -140,6 +140,32 @@ def session_stamps(path: str | Path) -> list[tuple[str, tuple[Any, ...]]]:
         except sqlite3.Error as exc:
             raise format_error(str(path), f"cannot read its sessions: {exc}") from None
     return [(str(sid), (updated, *sizes.get(sid, ()))) for sid, updated in rows]
+
+
+def newer_model_only(path: str | Path) -> list[str]:
+    """Sessions whose messages are only in ``session_message``, the table of OpenCode's
+    newer message model (a typed row per message), which is not read: none of their
+    ``message`` rows are there to read."""
+    with closing(connect(path)) as conn:
+        if not _columns(conn, "session_message") >= {"session_id"}:
+            return []
+        try:
+            rows = conn.execute(
+                "SELECT DISTINCT x.session_id FROM session_message x WHERE NOT EXISTS "
+                "(SELECT 1 FROM message m WHERE m.session_id = x.session_id) ORDER BY 1"
+            ).fetchall()
+        except sqlite3.Error as exc:
+            raise format_error(str(path), f"cannot read its sessions: {exc}") from None
+    return [str(r[0]) for r in rows]
+
+
+def newer_model_error(path: str | Path, ids: list[str]) -> ImportFormatError:
+    shown = ", ".join(ids[:5]) + (f" and {len(ids) - 5} more" if len(ids) > 5 else "")
+    return format_error(
+        str(path),
+        f"{len(ids)} session(s) hold their messages only in OpenCode's newer session_message "
+        f"table, which is not read yet ({shown}); every other session was read",
+    )
 
 
 def db_stamp(path: str | Path) -> tuple[int, ...]:

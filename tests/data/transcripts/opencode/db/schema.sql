@@ -7,7 +7,9 @@
 --
 -- Part 1 is the first schema (OpenCode 1.2, which moved the storage files into the
 -- database); part 2 the columns later releases added to `session` (message and part kept
--- their columns). The tests build a database of each.
+-- their columns) and the `session_message` table of the current source
+-- (src/session/session.sql.ts), which OpenCode's newer message model fills (from a
+-- session's message and part rows, or instead of them). The tests build a database of each.
 
 -- part 1: the first schema
 CREATE TABLE `project` (
@@ -92,3 +94,14 @@ ALTER TABLE `session` ADD `tokens_cache_read` integer DEFAULT 0 NOT NULL;
 ALTER TABLE `session` ADD `tokens_cache_write` integer DEFAULT 0 NOT NULL;
 ALTER TABLE `session` ADD `goal` text;
 CREATE INDEX `session_workspace_idx` ON `session` (`workspace_id`);
+-- and the table of OpenCode's newer message model (one row per message, typed), which it
+-- fills from the message and part rows of a session and, for new sessions, instead of them
+CREATE TABLE `session_message` (
+    `id` text PRIMARY KEY NOT NULL,
+    `session_id` text NOT NULL REFERENCES `session`(`id`) ON DELETE cascade,
+    `type` text NOT NULL,
+    `time_created` integer NOT NULL,
+    `time_updated` integer NOT NULL,
+    `data` text NOT NULL
+);
+CREATE INDEX `session_message_session_idx` ON `session_message` (`session_id`);
