@@ -35,12 +35,15 @@ DEFAULT_URL = "sqlite:///eventstore.db"
 
 
 def resolve_url(url: str | None, *, async_: bool = False) -> str:
-    """Normalize a database URL: default, ``EVENTSTORE_URL``, driver names.
+    """Normalize a database URL: default, ``EVENTSTORE_URL``, driver names; a bare file
+    path (no ``scheme://``) names a SQLite database file.
 
     ``async_`` is accepted for compatibility and changes nothing: both stores use the
     synchronous drivers (``sqlite3``, ``psycopg``).
     """
     raw = url or os.environ.get("EVENTSTORE_URL") or DEFAULT_URL
+    if "://" not in raw and raw.strip():
+        raw = f"sqlite:///{raw}"  # a bare file path, as sqlite3 takes it: a SQLite database
     try:
         u = make_url(raw)
     except Exception:

@@ -697,3 +697,13 @@ def test_read_commands_and_the_viewer_work_on_a_read_only_sqlite_file(tmp_path: 
             viewer_store.close()
     finally:
         undo()
+
+
+def test_a_bare_file_path_is_a_sqlite_database(tmp_path: Path) -> None:
+    path = tmp_path / "plain.db"
+    with EventStore(f"sqlite:///{path}", tenant="t") as store:
+        sid = store.create_session(title="by path").id
+    listed = CliRunner().invoke(cli, ["--db", str(path), "--tenant", "t", "sessions", "list"])
+    assert listed.exit_code == 0 and sid in listed.stdout
+    with EventStore(str(path), tenant="t") as store:
+        assert store.get_session(sid).title == "by path"

@@ -31,6 +31,7 @@ from eventstore import (
 )
 from eventstore.cli import cli
 from eventstore.importers import (
+    EMPTY_ASSISTANT_IMPORTED,
     ImportFormatError,
     detect_agent_format,
     detect_format,
@@ -915,3 +916,43 @@ def test_a_line_only_the_standard_parser_takes_is_read_all_the_same(
     [r] = import_transcript(store, copy)
     last = store.read_tail(r.session_id, 1)[0].event
     assert isinstance(last, Message) and last.text == "x \ud800"
+
+
+def test_a_subagent_file_hangs_from_the_session_its_folder_names(
+    store: EventStore, tmp_path: Path
+) -> None:
+    # Records that carry the subagent's own id as sessionId: the folder still says whose.
+    sid = "0a1b2c3d-4e5f-4061-8071-2a3b4c5d6e7f"
+    folder = tmp_path / sid / "subagents"
+    folder.mkdir(parents=True)
+    agent_file = folder / "agent-a0ad.jsonl"
+    agent_file.write_text(_subagent_lines("agent-a0ad", "a0ad"))
+    [main, child] = import_transcript(store, agent_file)
+    assert main.key == f"claude-code:{sid}"
+    assert child.key == f"claude-code:{sid}/agent-a0ad" and child.parent_id == main.session_id
+
+
+def test_gemini_cli_model_records_with_parts_and_empty_replies(
+    store: EventStore, tmp_path: Path
+) -> None:
+    session = {
+        "sessionId": "g-1", "projectHash": "p", "startTime": "2025-12-16T23:47:00Z",
+        "messages": [
+            {"id": "m1", "type": "user", "content": "Run a command"},
+            {"id": "m2", "type": "model", "parts": [{"text": "Captured "}, {"text": "output."}]},
+            {"id": "m3", "type": "gemini", "content": ""},
+            {"id": "m4", "type": "user", "parts": [{"text": "Step 1"}]},
+        ],
+    }  # fmt: skip
+    path = tmp_path / "session-g-1.json"
+    path.write_text(json.dumps(session))
+    [r] = import_transcript(store, path)
+    assert r.status == "created"
+    events = [x.event for x in store.read(r.session_id)]
+    texts = [e.text for e in events if isinstance(e, Message)]
+    assert texts == ["Run a command", "Captured output.", "Step 1"]
+    [empty] = [e for e in events if isinstance(e, Custom) and e.name == EMPTY_ASSISTANT_IMPORTED]
+    assert empty.data["provider_metadata"]["gemini-cli"]["id"] == "m3"
+    assert [m["role"] for m in store.view(r.session_id).to_messages()] == [
+        "user", "assistant", "user",
+    ]  # fmt: skip

@@ -29,7 +29,7 @@ try:  # the ``fast`` extra: parses a transcript's lines several times faster
     from orjson import loads as _fast_loads
 except ImportError:  # pragma: no cover - the environment decides
     _fast_loads = None  # type: ignore[assignment]
-from ._loading import format_error
+from ._loading import empty_reply_kept, format_error
 
 SOURCE_KEY = "source"
 """Key of the source position: in ``Message.provider_metadata``, ``Custom.data`` and
@@ -133,6 +133,7 @@ class Converter:
         seq = self.seqs.get(child, 0) + 1
         self.seqs[child] = seq
         upto = self.flush_upto if held else self.line
+        event = empty_reply_kept(event)
         item = Item(with_source(event, self.file, first or self.line, upto), child, seq, upto)
         self.out.append(item)
         return item

@@ -230,6 +230,8 @@ def _peek_source_id(path: Path, fmt: str) -> str:
     if fmt == "gemini-cli" and _is_single_json(path):
         header = next(json_session_records(path))[1]
         return str(header["sessionId"])
+    if fmt == "claude-code" and path.parent.name == "subagents" and path.name.startswith("agent-"):
+        return path.parent.parent.name  # 2.x: <sessionId>/subagents/agent-*.jsonl
     for rec in leading_records(path, 200):
         if not isinstance(rec, dict):
             continue

@@ -139,12 +139,15 @@ def empty_replies_kept(events: list[Event]) -> list[Event]:
     :class:`~eventstore.events.Custom` event named ``import.empty_assistant`` holding the
     message whole, in its place: nothing from the file is lost, and views, which skip
     custom events, never send the empty message."""
-    out: list[Event] = []
-    for evt in events:
-        if isinstance(evt, Message) and empty_assistant(evt):
-            data = evt.model_dump(mode="json", exclude={"id", "created_at", "kind"})
-            evt = Custom(
-                name=EMPTY_ASSISTANT_IMPORTED, data=data, id=evt.id, created_at=evt.created_at
-            )
-        out.append(evt)
-    return out
+    return [empty_reply_kept(evt) for evt in events]
+
+
+def empty_reply_kept(evt: Event) -> Event:
+    """``evt``, or the ``import.empty_assistant`` custom event that keeps it when it is an
+    assistant message with neither content nor tool calls (see :func:`empty_replies_kept`)."""
+    if isinstance(evt, Message) and empty_assistant(evt):
+        data = evt.model_dump(mode="json", exclude={"id", "created_at", "kind"})
+        return Custom(
+            name=EMPTY_ASSISTANT_IMPORTED, data=data, id=evt.id, created_at=evt.created_at
+        )
+    return evt

@@ -136,7 +136,7 @@ class GeminiCli(Converter):
             return
         self._close()
         if kind == "user":
-            text = text_of(record.get("content"))
+            text = _text(record)
             if self.title is None:
                 self.title = short_title(text_of(record.get("displayContent")) or text)
             item = self.emit(
@@ -171,7 +171,7 @@ class GeminiCli(Converter):
                 subject, desc = thought.get("subject"), thought.get("description")
                 text = f"**{subject}**\n{desc}" if subject else str(desc or "")
                 parts.append(ReasoningPart(text=text, format="reasoning_content"))
-        text = text_of(rec.get("content"))
+        text = _text(rec)
         if text:
             parts.append(TextPart(text=text))
         results: list[Part] = []
@@ -276,6 +276,12 @@ class GeminiCli(Converter):
             )
         )
         self.last_condensation = item.seq
+
+
+def _text(record: dict[str, Any]) -> str:
+    """A message's text: its ``content``, or (a record written as the API's ``Content``) the
+    text of its ``parts``."""
+    return text_of(record.get("content")) or text_of(record.get("parts"))
 
 
 def _result(call: dict[str, Any]) -> tuple[str, bool]:
