@@ -223,21 +223,22 @@ def test_a_session_opencode_moved_into_its_database_continues_its_storage_import
     assert child.status == "created"
 
 
+def _prune_row(conn: sqlite3.Connection, part_id: str = "prt_19b76dd7148027Mx39") -> None:
+    """OpenCode's prune of a tool's output: its part row rewritten in place, stamped."""
+    (data,) = conn.execute("SELECT data FROM part WHERE id = ?", (part_id,)).fetchone()
+    part = json.loads(data)
+    part["state"]["time"]["compacted"] = 1767225790000
+    conn.execute("UPDATE part SET data = ? WHERE id = ?", (json.dumps(part), part_id))
+    conn.commit()
+
+
 def test_a_prune_opencode_stamped_on_a_part_row_appends_one_prune(
     store: EventStore, tmp_path: Path
 ) -> None:
     db = build_db(tmp_path / "opencode.db")
     first, _ = import_transcript(store, db)
     with closing(sqlite3.connect(db)) as conn:
-        (data,) = conn.execute(
-            "SELECT data FROM part WHERE id = 'prt_19b76dd7148027Mx39'"
-        ).fetchone()
-        part = json.loads(data)
-        part["state"]["time"]["compacted"] = 1767225790000
-        conn.execute(
-            "UPDATE part SET data = ? WHERE id = 'prt_19b76dd7148027Mx39'", (json.dumps(part),)
-        )
-        conn.commit()
+        _prune_row(conn)
     again, _ = import_transcript(store, db)
     assert (again.status, again.events) == ("updated", 1)
     last = list(store.read(first.session_id))[-1].event
@@ -350,16 +351,7 @@ def test_watch_once_follows_the_database(
             assert [(r["key"], r["events"]) for r in rows] == [(f"opencode:{MAIN_ID}", 5)]
             assert sorted(watcher.sessions[db]) == sorted([MAIN_ID, CHILD_ID])
             # A part OpenCode rewrote in place (a prune) is seen too.
-            (data,) = writer.execute(
-                "SELECT data FROM part WHERE id = 'prt_19b76dd7148027Mx39'"
-            ).fetchone()
-            part = json.loads(data)
-            part["state"]["time"]["compacted"] = 1767225790000
-            writer.execute(
-                "UPDATE part SET data = ? WHERE id = 'prt_19b76dd7148027Mx39'",
-                (json.dumps(part),),
-            )
-            writer.commit()
+            _prune_row(writer)
             watcher.one_pass()
             rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
             assert [(r["key"], r["events"]) for r in rows] == [(f"opencode:{MAIN_ID}", 1)]
