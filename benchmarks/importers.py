@@ -135,7 +135,25 @@ for attempt in ("first", "again"):
     out.append({"run": attempt, "events": events, "seconds": time.perf_counter() - start,
                 "cpu_seconds": cpu() - cpu0})
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-print(json.dumps({"runs": out, "peak_rss_kb": peak}))
+# Where the CPU time goes, stage by stage, over the same files (after the peak is read:
+# converting a file whole holds its events).
+from eventstore._append import encode as encode_events
+from eventstore.importers._keyed import _records, convert_transcript, detect_agent_format
+stages = {"parse": 0.0, "convert": 0.0, "encode": 0.0}
+for path in transcripts_under(sys.argv[2]):
+    fmt = detect_agent_format(path)
+    cpu0 = cpu()
+    for _ in _records(path, fmt, [0]):
+        pass
+    cpu1 = cpu()
+    events = [e for t in convert_transcript(path, fmt) for e in t.events]
+    cpu2 = cpu()
+    for at in range(0, len(events), 1000):
+        list(encode_events(store, events[at : at + 1000]))
+    stages["parse"] += cpu1 - cpu0
+    stages["convert"] += cpu2 - cpu1
+    stages["encode"] += cpu() - cpu2
+print(json.dumps({"runs": out, "peak_rss_kb": peak, "stages": stages}))
 """
 
 
@@ -162,6 +180,7 @@ def measure(backend: str, url: str, folder: Path, total_bytes: int) -> dict[str,
         "reimport_cpu_seconds": round(again["cpu_seconds"], 3),
         "reimport_events": again["events"],
         "peak_rss_mb": round(data["peak_rss_kb"] / 1024, 1),
+        "stage_cpu_seconds": {k: round(v, 3) for k, v in data["stages"].items()},
     }
 
 
@@ -200,6 +219,7 @@ def render(data: dict[str, Any]) -> str:
             f"{r['reimport_seconds']:.2f} | {r.get('reimport_cpu_seconds', 0):.2f} | "
             f"{r['peak_rss_mb']:.0f} |"
         )
+    lines += ["", *_stage_table(data["results"])]
     lines += [
         "",
         _verdict(data),
@@ -215,6 +235,31 @@ def render(data: dict[str, Any]) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def _stage_table(results: list[dict[str, Any]]) -> list[str]:
+    """Where the first import's CPU time goes, in microseconds per event: reading and
+    parsing the lines, converting the records to events, encoding them (checks, canonical
+    JSON, token counts), and the rest of the import (rows, hashes, SQL, commits)."""
+    rows = [r for r in results if r.get("stage_cpu_seconds")]
+    if not rows:
+        return []
+    lines = [
+        "CPU time per event, by stage (microseconds; each stage timed on its own over the "
+        "same files, the write stage is the first import's CPU time less the others):",
+        "",
+        "| backend | parse | convert | encode | rows, hashes, SQL, commit | total |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        st = r["stage_cpu_seconds"]
+        parse, convert, enc = st["parse"], st["convert"] - st["parse"], st["encode"]
+        write = r["cpu_seconds"] - parse - convert - enc
+        per = [1e6 * x / max(1, r["events"]) for x in (parse, convert, enc, write)]
+        lines.append(
+            f"| {r['backend']} | " + " | ".join(f"{x:.0f}" for x in per) + f" | {sum(per):.0f} |"
+        )
+    return lines
 
 
 TARGET = 20_000
