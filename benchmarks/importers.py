@@ -9,7 +9,9 @@ imports the whole directory with :func:`eventstore.importers.import_transcript` 
 Measured: events written per second (wall time of the import, conversion included), bytes
 per second, and the peak resident memory of a separate process doing the import (streamed
 in batches, so it stays flat as the files grow). A second import of the same directory is
-timed too: it converts everything again and writes nothing ("up to date").
+timed too: it converts everything again and writes nothing ("up to date"). Then the same
+process times the stages on their own (parsing the lines, converting the records, encoding
+the events), which with the first import's CPU time say where each event's CPU time goes.
 
 Writes ``IMPORTERS.md`` and ``importers.json`` (into ``benchmarks/``, or
 ``benchmarks/smoke-results/`` with ``--smoke``).
@@ -135,7 +137,42 @@ for attempt in ("first", "again"):
     out.append({"run": attempt, "events": events, "seconds": time.perf_counter() - start,
                 "cpu_seconds": cpu() - cpu0})
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-print(json.dumps({"runs": out, "peak_rss_kb": peak}))
+# Where the CPU time goes, stage by stage, over the same files, streamed as the import
+# streams them: reading and parsing the lines alone, then converting each record and
+# encoding the events in batches of 1,000 (the conversion timed without the parsing).
+from eventstore._append import encode as encode_events
+from eventstore.importers._agent import Torn
+from eventstore.importers._keyed import AGENT_FORMATS, _first_time, _records, detect_agent_format
+stages = {"parse": 0.0, "convert": 0.0, "encode": 0.0}
+def encode_timed(events):
+    cpu0 = cpu()
+    list(encode_events(store, events))
+    stages["encode"] += cpu() - cpu0
+for path in transcripts_under(sys.argv[2]):
+    fmt = detect_agent_format(path)
+    cpu0 = cpu()
+    for _ in _records(path, fmt, [0]):
+        pass
+    stages["parse"] += cpu() - cpu0
+    conv = AGENT_FORMATS[fmt](path)
+    conv.when = _first_time(path) or conv.when
+    batch = []
+    for rec in _records(path, fmt, [0]):
+        if isinstance(rec, Torn):
+            break
+        cpu0 = cpu()
+        conv.push(*rec)
+        batch += [item.event for item in conv.drain()]
+        stages["convert"] += cpu() - cpu0
+        if len(batch) >= 1000:
+            encode_timed(batch)
+            batch = []
+    cpu0 = cpu()
+    conv.finish()
+    batch += [item.event for item in conv.drain()]
+    stages["convert"] += cpu() - cpu0
+    encode_timed(batch)
+print(json.dumps({"runs": out, "peak_rss_kb": peak, "stages": stages}))
 """
 
 
@@ -162,6 +199,7 @@ def measure(backend: str, url: str, folder: Path, total_bytes: int) -> dict[str,
         "reimport_cpu_seconds": round(again["cpu_seconds"], 3),
         "reimport_events": again["events"],
         "peak_rss_mb": round(data["peak_rss_kb"] / 1024, 1),
+        "stage_cpu_seconds": {k: round(v, 3) for k, v in data["stages"].items()},
     }
 
 
@@ -200,6 +238,7 @@ def render(data: dict[str, Any]) -> str:
             f"{r['reimport_seconds']:.2f} | {r.get('reimport_cpu_seconds', 0):.2f} | "
             f"{r['peak_rss_mb']:.0f} |"
         )
+    lines += ["", *_stage_table(data["results"])]
     lines += [
         "",
         _verdict(data),
@@ -215,6 +254,34 @@ def render(data: dict[str, Any]) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def _stage_table(results: list[dict[str, Any]]) -> list[str]:
+    """Where the first import's CPU time goes, in microseconds per event: reading and
+    parsing the lines, converting the records to events, encoding them (checks, canonical
+    JSON, token counts), and the rest of the import (rows, hashes, SQL, commits)."""
+    rows = [r for r in results if r.get("stage_cpu_seconds")]
+    if not rows:
+        return []
+    lines = [
+        "CPU time per event of the first import, by stage (microseconds): reading and "
+        "parsing the lines, converting the records to events, encoding them (checks, "
+        "canonical JSON, token counts), each timed on its own over the same files as the "
+        "import streams them; the last stage (rows, hash chain, SQL, commits) is the "
+        "import's CPU time less the other three.",
+        "",
+        "| backend | parse | convert | encode | rows, hashes, SQL, commit | total |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        st = r["stage_cpu_seconds"]
+        parse, convert, enc = st["parse"], st["convert"], st["encode"]
+        write = r["cpu_seconds"] - parse - convert - enc
+        per = [1e6 * x / max(1, r["events"]) for x in (parse, convert, enc, write)]
+        lines.append(
+            f"| {r['backend']} | " + " | ".join(f"{x:.0f}" for x in per) + f" | {sum(per):.0f} |"
+        )
+    return lines
 
 
 TARGET = 20_000

@@ -154,9 +154,14 @@ _RESULT_STATES = frozenset(get_args(ToolResultPart.model_fields["state"].annotat
 _REASONING_FORMATS = frozenset(get_args(ReasoningPart.model_fields["format"].annotation))
 
 
-def _message_plain(m: Message) -> dict[str, Any] | None:
+def _message_plain(
+    m: Message, free_form: Callable[[Any, int], Any] = _sorted_plain
+) -> dict[str, Any] | None:
     """What ``_sorted_plain`` makes of the serializer's dump of ``m`` (the payload's data,
     keys in sorted order), built from its fields directly, or None where that is not sure.
+    With ``free_form=_checked_plain`` the free-form dicts (``extra``, ``provider_metadata``,
+    a provider part's ``item``) are only checked, not copied in sorted order: for a writer
+    that sorts the keys itself (see :func:`_message_json`).
 
     Only for a message whose every payload field holds exactly the type its annotation
     names (``str``, ``bool``, ``None``, a ``list`` of exactly ``TextPart``,
@@ -188,7 +193,7 @@ def _message_plain(m: Message) -> dict[str, Any] | None:
         if extra is not None:
             if type(extra) is not dict:
                 return None
-            out["extra"] = _sorted_plain(extra, 1)
+            out["extra"] = free_form(extra, 1)
         if interrupted is not None:
             if type(interrupted) is not bool:
                 return None
@@ -260,7 +265,7 @@ def _message_plain(m: Message) -> dict[str, Any] | None:
                 ):
                     return None
                 plain_parts.append(
-                    {"item": _sorted_plain(item, 3), "provider": provider, "type": "provider"}
+                    {"item": free_form(item, 3), "provider": provider, "type": "provider"}
                 )
             else:  # ReasoningPart
                 fmt, redacted, signature, text = (
@@ -290,7 +295,7 @@ def _message_plain(m: Message) -> dict[str, Any] | None:
         if metadata is not None:
             if type(metadata) is not dict:
                 return None
-            out["provider_metadata"] = _sorted_plain(metadata, 1)
+            out["provider_metadata"] = free_form(metadata, 1)
         out["role"] = role
         return out
     except (KeyError, _NotPlain):
@@ -404,6 +409,19 @@ def _sorted_json(value: Any) -> bytes:
     if orjson is not None and _plain_json is orjson.dumps:
         return orjson.dumps(_checked_plain(value), option=orjson.OPT_SORT_KEYS)
     return _plain_json(_sorted_plain(value))
+
+
+def _message_json(m: Message) -> bytes | None:
+    """:func:`_message_plain`'s data for ``m`` written by :data:`_plain_json`, or None where
+    it gives None. With orjson the data is built without sorted copies of its free-form
+    dicts, which orjson then writes with their keys in order (as :func:`_sorted_json`
+    does): the same bytes, without copying metadata that is most of a message's fields.
+    Raises one of :data:`_PLAIN_JSON_REFUSED`."""
+    if orjson is not None and _plain_json is orjson.dumps:
+        data = _message_plain(m, _checked_plain)
+        return None if data is None else orjson.dumps(data, option=orjson.OPT_SORT_KEYS)
+    data = _message_plain(m)
+    return None if data is None else _plain_json(data)
 
 
 _PLAIN_JSON_REFUSED = (PydanticSerializationError, TypeError, RecursionError)
@@ -575,18 +593,16 @@ def _payload_proven(event: Event) -> tuple[str, int, bool, bytes]:
     whose validation checks nothing past those types (:data:`_READ_BACK_PROVEN`), with a
     timezone-aware ``created_at`` or none. Such a payload needs no read-back parse."""
     if type(event) is Message and _MESSAGE_FIELDS_KNOWN:
-        data = _message_plain(event)
-        if data is not None:
-            try:
-                raw = _plain_json(data)
-            except _PLAIN_JSON_REFUSED:
-                pass  # a lone surrogate: the general path below escapes it
-            else:
-                when = event.__dict__.get("created_at")
-                proven = _READ_BACK_PROVEN and (
-                    when is None or (type(when) is datetime and when.tzinfo is not None)
-                )
-                return raw.decode("utf-8"), len(raw), proven, raw
+        try:
+            message = _message_json(event)
+        except _PLAIN_JSON_REFUSED:
+            message = None  # a lone surrogate: the general path below escapes it
+        if message is not None:
+            when = event.__dict__.get("created_at")
+            proven = _READ_BACK_PROVEN and (
+                when is None or (type(when) is datetime and when.tzinfo is not None)
+            )
+            return message.decode("utf-8"), len(message), proven, message
     if type(event) is Custom and _CUSTOM_PROVEN:
         custom = _custom_json(event)
         if custom is not None:
@@ -985,11 +1001,8 @@ def plain_payload(evt: Message) -> bytes | None:
         or fields.get("extra") is not None
     ):
         return None
-    data = _message_plain(evt)
-    if data is None:
-        return None
     try:
-        return _plain_json(data)
+        return _message_json(evt)
     except _PLAIN_JSON_REFUSED:
         return None  # a lone surrogate: encode escapes it
 

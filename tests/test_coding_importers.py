@@ -605,7 +605,10 @@ def test_the_import_benchmark_runs_at_a_tiny_size(tmp_path: Path) -> None:
     data = json.loads((tmp_path / "importers.json").read_text())
     [sqlite] = data["results"]
     assert sqlite["events"] > 0 and sqlite["reimport_events"] == 0
-    assert "events/s" in (tmp_path / "IMPORTERS.md").read_text()
+    stages = sqlite["stage_cpu_seconds"]
+    assert set(stages) == {"parse", "convert", "encode"} and all(v > 0 for v in stages.values())
+    report = (tmp_path / "IMPORTERS.md").read_text()
+    assert "events/s" in report and "| sqlite | " in report.split("by stage")[1]
 
 
 AIDER = DATA / "aider" / "aider-chat-history-excerpt.md"
