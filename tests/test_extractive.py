@@ -342,3 +342,17 @@ def test_numbered_viewer_lines_with_an_arrow_are_not_errors(store: EventStore) -
     errors = summary.split(f"## {HEADINGS[3]}", 1)[1].split("\n## ", 1)[0]
     assert "TypeError: x is undefined" in errors
     assert "CLIError" not in errors and "Error handling" not in errors
+
+
+def test_over_its_cap_the_file_list_drops_words_with_a_slash_before_paths(
+    store: EventStore,
+) -> None:
+    sid = store.create_session().id
+    text = "Turn it on/off in src/app.py, send application/json to lib/net.py and ./run.sh."
+    store.append(sid, [Message.user("Look around."), Message.assistant(text)])
+    summary = ExtractiveSummarizer(max_files=3).summarize(None, _events(store, sid)).text
+    files = summary.split(f"## {HEADINGS[5]}", 1)[1].split("\n## ", 1)[0]
+    for path in ("src/app.py", "lib/net.py", "./run.sh"):
+        assert f"- {path}" in files
+    assert "on/off" not in files and "application/json" not in files
+    assert "(2 older files omitted; search_history finds them by name)" in files

@@ -103,6 +103,18 @@ def _looks_like_path(token: str) -> bool:
     return ext in _FILE_EXTENSIONS
 
 
+def _weak_path(path: str) -> bool:
+    """Whether a listed name may be prose rather than a file: one slash between two
+    words, with no extension and nothing marking it as a path (``on/off``,
+    ``application/json``, ``Ein/Aus-Status``)."""
+    if " " in path or path.startswith(("/", "~", ".")) or path.count("/") != 1:
+        return False
+    if path.endswith("/"):
+        return False
+    ext = path.rsplit(".", 1)[-1].lower() if "." in path.rsplit("/", 1)[-1] else ""
+    return ext not in _FILE_EXTENSIONS
+
+
 def _paths_in_value(value: Any, key: str | None = None) -> Iterable[str]:
     if isinstance(value, dict):
         for k, v in value.items():
@@ -568,8 +580,12 @@ class ExtractiveSummarizer:
         else:
             state = prev.get(HEADINGS[4], []) or [_NONE]
         sections[HEADINGS[4]] = state
+        # Over the cap, names that may be prose (``on/off``) give way first.
+        over = max(len(files) - caps.max_files, 0)
+        weak = set([f for f in files if _weak_path(f[2:])][:over])
+        files = [f for f in files if f not in weak]
         sections[HEADINGS[5]] = _bounded(
-            files, 0, caps.max_files, "older files", file_dropped, refs
+            files, 0, caps.max_files, "older files", file_dropped + len(weak), refs
         )
         nxt = f"- continue from the conversation below (condensed through seq {last_seq})"
         if last_seq is None:
