@@ -356,3 +356,19 @@ def test_over_its_cap_the_file_list_drops_words_with_a_slash_before_paths(
         assert f"- {path}" in files
     assert "on/off" not in files and "application/json" not in files
     assert "(2 older files omitted; search_history finds them by name)" in files
+
+
+def test_a_message_sent_again_word_for_word_is_one_request_listing_its_seqs(
+    store: EventStore,
+) -> None:
+    sid = store.create_session().id
+    nag = "Please always provide EXACTLY ONE action in triple backticks.\nTry again."
+    batch = [Message.user("Fix the parser."), Message.assistant("a")]
+    for i in range(3):
+        batch += [Message.user(nag), Message.assistant(f"attempt {i}")]
+    store.append(sid, batch)
+    summary = ExtractiveSummarizer().summarize(None, _events(store, sid)).text
+    intent = summary.split(f"## {HEADINGS[1]}", 1)[0]
+    assert intent.count("EXACTLY ONE action") == 1
+    assert "- [3, 5, 7] Please always provide EXACTLY ONE action" in intent
+    assert intent.index("Fix the parser.") < intent.index("EXACTLY ONE")

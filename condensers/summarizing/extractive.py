@@ -554,6 +554,9 @@ class ExtractiveSummarizer:
             [f for f in dict.fromkeys(seen_in_output) if f not in named] + files, refs
         )
         sections: dict[str, list[str]] = {}
+        # A message sent again word for word (a harness's format reminder) is one entry
+        # listing its seqs; the first request, the task statement, stays first.
+        requests = requests[:1] + _merge_repeats(requests[1:])
         sections[HEADINGS[0]] = _bounded(
             requests, 1, caps.max_requests, "earlier requests", req_dropped
         )
