@@ -10,6 +10,7 @@ import json
 from condensers import ExtractiveSummarizer
 from condensers.summarizing.template import HEADINGS
 from eventstore import EventStore, Message, ToolCallPart
+from eventstore.tokens import HeuristicTokenCounter
 
 TRACEBACK = """Traceback (most recent call last):
   File "/repo/src/ledger/io.py", line 12, in load
@@ -277,3 +278,97 @@ def test_text_mode_actions_count_as_commands(store: EventStore) -> None:
     commands = next(ln for ln in summary.splitlines() if ln.startswith("- commands run:"))
     for word in ("grep", "head", "cd", "python"):
         assert f"{word} x" in commands
+
+
+def test_an_inventory_over_its_limit_fills_the_room_and_names_what_it_left_out(
+    store: EventStore,
+) -> None:
+    """Sized to a limit, the file list keeps as many entries as fit (not a power-of-two
+    share of its cap), the newest and the most referenced verbatim, and says how many
+    it left out and that search_history finds them."""
+    sid = store.create_session().id
+    batch: list[Message] = [Message.user("Tidy the package.")]
+    for i in range(200):
+        batch.append(_shell(f"c{i}", f"cat src/pkg/module_{i:03d}.py"))
+        batch.append(Message.tool(f"c{i}", "ok", name="bash"))
+        if i % 10 == 0:  # one early file the run keeps coming back to
+            batch.append(_shell(f"r{i}", "cat src/pkg/core_config.py"))
+            batch.append(Message.tool(f"r{i}", "ok", name="bash"))
+    store.append(sid, [Message.system("rules"), *batch])
+    summarizer = ExtractiveSummarizer()
+    events = _events(store, sid)
+    whole = summarizer.summarize(None, events).text
+    limit = HeuristicTokenCounter().count(whole) // 2
+    summary = summarizer.summarize(None, events, limit_tokens=limit).text
+    used = HeuristicTokenCounter().count(summary)
+    assert used <= limit
+    assert used >= limit * 0.9  # the room is used, not halved away
+    files = summary.split(f"## {HEADINGS[5]}", 1)[1].split("\n## ", 1)[0]
+    kept = [ln for ln in files.splitlines() if ln.startswith("- src/")]
+    assert "src/pkg/module_199.py" in files  # the newest
+    assert "src/pkg/core_config.py" in files  # the most referenced
+    assert "src/pkg/module_000.py" not in files
+    left_out = 201 - len(kept)
+    assert f"- ({left_out} older files omitted; search_history finds them by name)" in files
+
+
+def test_a_directory_or_name_another_entry_holds_is_listed_once(store: EventStore) -> None:
+    """A path whose text another entry contains (its directory, its bare name) is not
+    listed again, and the entry holding it moves to where it was named last."""
+    sid = store.create_session().id
+    text = (
+        "Open ~/.cfg/app.json and /srv/site/index.html, then src/util.py. "
+        "Back to ~/.cfg/ and index.html, and tests/ next to tests/test_a.py."
+    )
+    store.append(sid, [Message.user("Look around."), Message.assistant(text)])
+    summary = ExtractiveSummarizer().summarize(None, _events(store, sid)).text
+    section = summary[summary.index("## Files") :].split("\n\n")[0]
+    files = [f[2:] for f in section.split("\n") if f.startswith("- ")]
+    assert files == ["src/util.py", "~/.cfg/app.json", "/srv/site/index.html", "tests/test_a.py"]
+
+
+def test_numbered_viewer_lines_with_an_arrow_are_not_errors(store: EventStore) -> None:
+    sid = store.create_session().id
+    shown = "   12→class CLIError extends Error {\n   13→  // Error handling\n"
+    store.append(
+        sid,
+        [
+            Message.user("Read the CLI."),
+            Message.assistant(None, [ToolCallPart(id="v", name="Read", arguments="{}")]),
+            Message.tool("v", shown + "TypeError: x is undefined", name="Read"),
+        ],
+    )
+    summary = ExtractiveSummarizer().summarize(None, _events(store, sid)).text
+    errors = summary.split(f"## {HEADINGS[3]}", 1)[1].split("\n## ", 1)[0]
+    assert "TypeError: x is undefined" in errors
+    assert "CLIError" not in errors and "Error handling" not in errors
+
+
+def test_over_its_cap_the_file_list_drops_words_with_a_slash_before_paths(
+    store: EventStore,
+) -> None:
+    sid = store.create_session().id
+    text = "Turn it on/off in src/app.py, send application/json to lib/net.py and ./run.sh."
+    store.append(sid, [Message.user("Look around."), Message.assistant(text)])
+    summary = ExtractiveSummarizer(max_files=3).summarize(None, _events(store, sid)).text
+    files = summary.split(f"## {HEADINGS[5]}", 1)[1].split("\n## ", 1)[0]
+    for path in ("src/app.py", "lib/net.py", "./run.sh"):
+        assert f"- {path}" in files
+    assert "on/off" not in files and "application/json" not in files
+    assert "(2 older files omitted; search_history finds them by name)" in files
+
+
+def test_a_message_sent_again_word_for_word_is_one_request_listing_its_seqs(
+    store: EventStore,
+) -> None:
+    sid = store.create_session().id
+    nag = "Please always provide EXACTLY ONE action in triple backticks.\nTry again."
+    batch = [Message.user("Fix the parser."), Message.assistant("a")]
+    for i in range(3):
+        batch += [Message.user(nag), Message.assistant(f"attempt {i}")]
+    store.append(sid, batch)
+    summary = ExtractiveSummarizer().summarize(None, _events(store, sid)).text
+    intent = summary.split(f"## {HEADINGS[1]}", 1)[0]
+    assert intent.count("EXACTLY ONE action") == 1
+    assert "- [3, 5, 7] Please always provide EXACTLY ONE action" in intent
+    assert intent.index("Fix the parser.") < intent.index("EXACTLY ONE")

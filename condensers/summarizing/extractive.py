@@ -54,7 +54,10 @@ _ERROR_RE = re.compile(
 # An exception line proper: ``ValueError: bad input`` (what a traceback ends with).
 _EXCEPTION_RE = re.compile(r"^(?:[\w.]*\.)?[A-Z]\w*(?:Error|Exception)\b")
 # Lines a file viewer or a traceback shows as code, not as the error itself.
-_CODE_RE = re.compile(r"^(?:\d+[:|\s]|raise\b|except\b|class\b|def\b|import\b|from\b|#|//|\*|>>>)")
+# A viewer numbers its lines ``12:``, ``12|``, ``12 `` or ``12→`` (a tab, an arrow).
+_CODE_RE = re.compile(
+    r"^(?:\d+[:|\s\u2192]|raise\b|except\b|class\b|def\b|import\b|from\b|#|//|\*|>>>)"
+)
 _TRACEBACK = "Traceback (most recent call last)"
 _TRACE_FILE_RE = re.compile(r'File "([^"]+)", line \d+')
 _SHELL_TOOLS = {"execute_bash", "bash", "run", "execute_command", "shell", "terminal"}
@@ -98,6 +101,18 @@ def _looks_like_path(token: str) -> bool:
     # A bare name counts only with a typical source/data extension.
     ext = token.rsplit(".", 1)[-1].lower() if "." in token else ""
     return ext in _FILE_EXTENSIONS
+
+
+def _weak_path(path: str) -> bool:
+    """Whether a listed name may be prose rather than a file: one slash between two
+    words, with no extension and nothing marking it as a path (``on/off``,
+    ``application/json``, ``Ein/Aus-Status``)."""
+    if " " in path or path.startswith(("/", "~", ".")) or path.count("/") != 1:
+        return False
+    if path.endswith("/"):
+        return False
+    ext = path.rsplit(".", 1)[-1].lower() if "." in path.rsplit("/", 1)[-1] else ""
+    return ext not in _FILE_EXTENSIONS
 
 
 def _paths_in_value(value: Any, key: str | None = None) -> Iterable[str]:
@@ -254,24 +269,37 @@ def _merge_repeats(items: list[str], labels: frozenset[str] = frozenset()) -> li
     return out
 
 
-def _without_suffixes(entries: list[str]) -> list[str]:
-    """File entries (``- path``) without the relative paths another entry ends with
-    (``decrypt.py`` beside ``/work/ctf/decrypt.py``): the longer one names the same file
-    and holds the shorter as written. Absolute paths, ``./`` and ``../`` ones and entries
-    with a note are kept."""
-    paths = [e[2:] for e in entries if e.startswith("- ")]
-    out = []
+def _without_subsumed(entries: list[str], refs: Counter[str]) -> list[str]:
+    """File entries (``- path``, oldest first) without those another entry holds as
+    written, whole names between slashes: ``decrypt.py`` beside ``/work/ctf/decrypt.py``,
+    ``~/.cfg/`` or ``~/.cfg`` beside ``~/.cfg/app.json``. The longer entry names the same
+    file, or a file inside the directory, and its text contains the shorter one, so
+    nothing is lost and the list spends its room on distinct names. The holder takes the
+    dropped entry's mentions (``refs``) and, when that one is newer, its place (so a
+    directory named last keeps the file it was named with). Entries with a note (a space)
+    are kept as they are.
+    """
+    holders: dict[str, str] = {}  # a run of whole names -> the newest entry holding it
     for e in entries:
-        p = e[2:] if e.startswith("- ") else ""
-        if (
-            p
-            and not p.startswith(("/", "~", "(", "."))
-            and " " not in p
-            and any(q != p and q.endswith("/" + p) for q in paths)
-        ):
+        if e.startswith("- ") and " " not in e[2:]:
+            parts = e[2:].split("/")
+            runs = {
+                "/".join(parts[i:j]) + tail
+                for i in range(len(parts))
+                for j in range(i + 1, len(parts) + 1)
+                for tail in ("", "/")
+            }
+            holders.update((run, e) for run in runs if run != e[2:] and run in e[2:])
+    place = {e: i for i, e in enumerate(entries)}
+    for e in entries:
+        held = holders.get(e[2:]) if e.startswith("- ") and e[2:].strip("/.~") else None
+        if held is None:
             continue
-        out.append(e)
-    return out
+        while held[2:] in holders:  # up to the outermost holder, which nothing holds
+            held = holders[held[2:]]
+        place[held] = max(place[held], place.pop(e))
+        refs[held] += refs.pop(e, 0)
+    return sorted(place, key=place.__getitem__)
 
 
 def _omitted(lines: list[str]) -> int:
@@ -321,28 +349,37 @@ class _Caps:
     max_files: int
     last_message_chars: int
 
-    def halved(self) -> _Caps:
-        # Long quotes go first: a fact list (paths, errors) costs a few tokens an entry,
-        # a quote costs hundreds, so the quotes are halved to their floor before any list
-        # shrinks. The floor keeps the task statement and the last assistant message,
-        # briefly, and three entries of every list: an emptied list would stay empty, since
-        # the next summary builds on this one.
-        quotes = _Caps(
+    def quotes_halved(self) -> _Caps:
+        """Long quotes go first: a fact list (paths, errors) costs a few tokens an entry,
+        a quote costs hundreds, so the quotes are halved to their floor (enough to keep
+        the task statement and the last assistant message, briefly) before any list
+        shrinks."""
+        return _Caps(
             max(self.request_chars // 2, 120),
             self.max_requests,
             self.max_errors,
             self.max_files,
             max(self.last_message_chars // 2, 120),
         )
-        if quotes != self:
-            return quotes
+
+    def lists_at(self, share: float) -> _Caps:
+        """Every list cut to ``share`` of its cap, never below three entries: an emptied
+        list would stay empty, since the next summary builds on this one."""
+
+        def cut(cap: int) -> int:
+            return max(int(cap * share), min(cap, 3))
+
         return _Caps(
             self.request_chars,
-            max(self.max_requests // 2, min(self.max_requests, 3)),
-            max(self.max_errors // 2, min(self.max_errors, 3)),
-            max(self.max_files // 2, min(self.max_files, 3)),
+            cut(self.max_requests),
+            cut(self.max_errors),
+            cut(self.max_files),
             self.last_message_chars,
         )
+
+
+#: Steps of the search for the largest share of the lists that fits a limit.
+_SHARE_STEPS = 10
 
 
 class ExtractiveSummarizer:
@@ -400,9 +437,9 @@ class ExtractiveSummarizer:
         limit_tokens: int | None = None,
         token_counter: TokenCounter | None = None,
     ) -> SummaryResult:
-        """The summary; with ``limit_tokens`` the caps are halved until it fits (or reach
-        their floor: the task statement and the last assistant message, briefly, and a
-        count of everything else)."""
+        """The summary; with ``limit_tokens``, the quotes are halved first, then the lists
+        get the largest share of their caps that fits (their floor: three entries each,
+        and a count of the rest with the way to find it)."""
         started = time.perf_counter()
         counter = token_counter or HeuristicTokenCounter()
         caps = _Caps(
@@ -412,15 +449,30 @@ class ExtractiveSummarizer:
             self.max_files,
             self.last_message_chars,
         )
-        while True:
+        result = self._build(previous, events, focus, caps)
+
+        def fits(r: SummaryResult) -> bool:
+            return limit_tokens is None or counter.count(r.text) <= limit_tokens
+
+        while not fits(result) and caps.quotes_halved() != caps:
+            caps = caps.quotes_halved()
             result = self._build(previous, events, focus, caps)
-            if limit_tokens is None or counter.count(result.text) <= limit_tokens:
-                break
-            smaller = caps.halved()
-            if smaller == caps:
-                result.notes.append(f"summary exceeds {limit_tokens} tokens at minimum caps")
-                break
-            caps = smaller
+        if not fits(result):
+            # The largest share of the lists that fits, found by bisection: the inventory
+            # fills the room it has rather than a power-of-two fraction of it.
+            low = self._build(previous, events, focus, caps.lists_at(0.0))
+            if not fits(low):
+                low.notes.append(f"summary exceeds {limit_tokens} tokens at minimum caps")
+            else:
+                lo, hi = 0.0, 1.0
+                for _ in range(_SHARE_STEPS):
+                    mid = (lo + hi) / 2
+                    tried = self._build(previous, events, focus, caps.lists_at(mid))
+                    if fits(tried):
+                        lo, low = mid, tried
+                    else:
+                        hi = mid
+            result = low
         result.latency_ms = (time.perf_counter() - started) * 1000
         return result
 
@@ -498,10 +550,13 @@ class ExtractiveSummarizer:
         refs = Counter(files)
         files = list(dict.fromkeys(reversed(files)))[::-1]
         named = set(files)
-        files = _without_suffixes(
-            [f for f in dict.fromkeys(seen_in_output) if f not in named] + files
+        files = _without_subsumed(
+            [f for f in dict.fromkeys(seen_in_output) if f not in named] + files, refs
         )
         sections: dict[str, list[str]] = {}
+        # A message sent again word for word (a harness's format reminder) is one entry
+        # listing its seqs; the first request, the task statement, stays first.
+        requests = requests[:1] + _merge_repeats(requests[1:])
         sections[HEADINGS[0]] = _bounded(
             requests, 1, caps.max_requests, "earlier requests", req_dropped
         )
@@ -528,8 +583,12 @@ class ExtractiveSummarizer:
         else:
             state = prev.get(HEADINGS[4], []) or [_NONE]
         sections[HEADINGS[4]] = state
+        # Over the cap, names that may be prose (``on/off``) give way first.
+        over = max(len(files) - caps.max_files, 0)
+        weak = set([f for f in files if _weak_path(f[2:])][:over])
+        files = [f for f in files if f not in weak]
         sections[HEADINGS[5]] = _bounded(
-            files, 0, caps.max_files, "older files", file_dropped, refs
+            files, 0, caps.max_files, "older files", file_dropped + len(weak), refs
         )
         nxt = f"- continue from the conversation below (condensed through seq {last_seq})"
         if last_seq is None:
