@@ -92,7 +92,7 @@ RECALL_SUMMARY_PREFIX = (
 )
 """The summary prefix from render version 3 on: it says how to get the condensed events
 back."""
-RENDER_VERSION = 3
+RENDER_VERSION = 4
 """The current rendering (see :attr:`ViewOptions.render_version`)."""
 
 
@@ -117,7 +117,8 @@ class ViewOptions(BaseModel):
     """Keep the user messages before the first assistant message verbatim (the task and
     anything shown before it; used when nothing was condensed yet)."""
     render_version: int = RENDER_VERSION
-    """How messages are rendered. 3: the default placeholder and summary prefix name how to
+    """How messages are rendered. 4: the results of parallel tool calls follow their call
+    group in the order they were appended (before: in call order); 3: the default placeholder and summary prefix name how to
     get the original back (:data:`RECALL_PLACEHOLDER`, :data:`RECALL_SUMMARY_PREFIX`);
     2: a message that only calls tools goes out with ``content: null``, as providers send
     it; 1: with ``""`` (the first release). Recorded with every ``llm_call``; a call
@@ -693,9 +694,12 @@ def _render(view: View) -> list[dict[str, Any]]:
 
     # Pair results with calls: every call's result goes right after its call group, a call
     # with no result gets an explicit interrupted result, a result with no call is left
-    # out (it stays in the log).
+    # out (it stays in the log). From version 4 a group's results go in the order they were
+    # appended (parallel calls may finish in any order: the newest result stays last, as
+    # the model saw it arrive), its interrupted results first; before, in call order.
     # Queues per id: some agents reuse call ids within one history, so pairing is positional.
-    results: dict[str, list[tuple[Message, dict[int, PartRef], dict[int, int]]]] = {}
+    arrival = options.render_version >= 4
+    results: dict[str, list[tuple[Message, dict[int, PartRef], dict[int, int], int, int]]] = {}
     carriers: set[int] = set()  # positions of the items that hold a tool result
     for pos, item in enumerate(view.items):
         msg = item.message
@@ -718,6 +722,8 @@ def _render(view: View) -> list[dict[str, Any]]:
                         single,
                         {0: ref} if ref is not None else {},
                         {0: keep} if keep is not None else {},
+                        pos,
+                        idx,
                     )
                 )
 
@@ -747,6 +753,7 @@ def _render(view: View) -> list[dict[str, Any]]:
             whole = len(others) == len(item.message.parts)
             out.extend(emit(msg, item.compacted if whole else {}, item.kept if whole else {}))
         if msg.role == "assistant":
+            answered = []
             for call in msg.tool_calls:
                 queue = results.get(call.id)
                 found = queue.pop(0) if queue else None
@@ -759,8 +766,12 @@ def _render(view: View) -> list[dict[str, Any]]:
                         state="interrupted",
                     )
                     out.extend(_plain(Message(role="tool", parts=[res])))
+                elif arrival:
+                    answered.append(found)
                 else:
-                    out.extend(emit(*found))
+                    out.extend(emit(*found[:3]))
+            for found in sorted(answered, key=lambda f: (f[3], f[4])):
+                out.extend(emit(*found[:3]))
     if summary_msg is not None:
         out.append(summary_msg)
     return out

@@ -308,7 +308,7 @@ def test_time_travel_is_exact(store: EventStore, ops: list[tuple[str, int]]) -> 
 # --------------------------------------------------------------------------- rendering
 
 
-def test_parallel_calls_stay_together_and_results_follow_in_call_order(store: EventStore) -> None:
+def _parallel_out_of_order(store: EventStore) -> str:
     sid = store.create_session().id
     calls = [ToolCallPart(id=f"p{i}", name="grep", arguments=f'{{"q": {i}}}') for i in range(3)]
     store.append(
@@ -322,11 +322,34 @@ def test_parallel_calls_stay_together_and_results_follow_in_call_order(store: Ev
             Message.tool("p1", "r1"),
         ],
     )
+    return sid
+
+
+def test_parallel_calls_stay_together_and_results_follow_in_arrival_order(
+    store: EventStore,
+) -> None:
+    sid = _parallel_out_of_order(store)
     msgs = store.view(sid).to_messages()
     assert [m["role"] for m in msgs] == ["user", "assistant", "tool", "tool", "tool", "user"]
     assert msgs[1]["content"] is None  # as providers send a tool-call-only message
-    assert [m["tool_call_id"] for m in msgs[2:5]] == ["p0", "p1", "p2"]
-    assert [m["content"] for m in msgs[2:5]] == ["r0", "r1", "r2"]
+    # In the order they were appended: the newest result is the last of its group.
+    assert [m["tool_call_id"] for m in msgs[2:5]] == ["p2", "p0", "p1"]
+    assert [m["content"] for m in msgs[2:5]] == ["r2", "r0", "r1"]
+    # Before version 4: in call order.
+    old = store.view(sid, options=ViewOptions(render_version=3)).to_messages()
+    assert [m["tool_call_id"] for m in old[2:5]] == ["p0", "p1", "p2"]
+    assert old[:2] == msgs[:2] and old[5:] == msgs[5:]
+
+
+def test_calls_recorded_before_arrival_order_still_verify(store: EventStore) -> None:
+    sid = _parallel_out_of_order(store)
+    old = store.view(sid, options=ViewOptions(render_version=3))
+    record_llm_call(store, sid, old, None, model="m")  # recorded in call order
+    record_llm_call(store, sid, store.view(sid), None, model="m")
+    calls = [e.event for e in store.read(sid, kinds=["llm_call"])]
+    assert calls[0].fingerprint != calls[1].fingerprint  # type: ignore[union-attr]
+    report = store.verify(sid)
+    assert report.ok and report.llm_calls == 2, report.problems
 
 
 def test_unanswered_call_gets_an_explicit_interrupted_result(store: EventStore) -> None:
