@@ -118,8 +118,9 @@ class ViewOptions(BaseModel):
     anything shown before it; used when nothing was condensed yet)."""
     render_version: int = RENDER_VERSION
     """How messages are rendered. 4: the results of parallel tool calls follow their call
-    group in the order they were appended (before: in call order); 3: the default placeholder and summary prefix name how to
-    get the original back (:data:`RECALL_PLACEHOLDER`, :data:`RECALL_SUMMARY_PREFIX`);
+    group in the order they were appended (before: in call order); 3: the default
+    placeholder and summary prefix name how to get the original back
+    (:data:`RECALL_PLACEHOLDER`, :data:`RECALL_SUMMARY_PREFIX`);
     2: a message that only calls tools goes out with ``content: null``, as providers send
     it; 1: with ``""`` (the first release). Recorded with every ``llm_call``; a call
     recorded before the field existed rebuilds with 1 (see :meth:`recorded`)."""
@@ -218,6 +219,19 @@ def _refused_media(evt: Any, options: ViewOptions) -> frozenset[int] | set[int]:
         i
         for i, p in enumerate(evt.parts)
         if isinstance(p, FilePart) and not is_accepted(p.media_type, options.accepts)
+    }
+
+
+def _unsent_items(evt: Any, options: ViewOptions) -> frozenset[int] | set[int]:
+    """Indexes of the message's provider items the rendering leaves out (another
+    provider's, or any in a tool message): they take no room in the view."""
+    if not isinstance(evt, Message):
+        return _NONE_REFUSED
+    return {
+        i
+        for i, p in enumerate(evt.parts)
+        if isinstance(p, ProviderPart)
+        and (evt.role == "tool" or options.provider is None or p.provider != options.provider)
     }
 
 
@@ -466,14 +480,17 @@ def assemble(rows: ViewRows, options: ViewOptions | None, counter: TokenCounter)
                 PartState(st.tokens, replaced.get((stored.seq, i), st.compacted_seq))
                 for i, st in enumerate(states)
             ]
-        part_tokens = [s.tokens for s in states]
+        unsent = _unsent_items(stored.event, options)
+        part_tokens = [0 if i in unsent else s.tokens for i, s in enumerate(states)]
         item = ViewItem(stored=stored, part_tokens=part_tokens, pinned=stored.seq in pinned_seqs)
         if options.accepts is None and all(s.compacted_seq is None for s in states):
-            # Nothing shown in place of a part: the stored counts are the item's tokens.
-            item.tokens = MESSAGE_OVERHEAD + sum(part_tokens)
+            # Nothing shown in place of a part: the stored counts are the item's tokens
+            # (a message of another provider's items alone is not sent at all).
+            sent = len(unsent) < n_parts or not n_parts
+            item.tokens = (MESSAGE_OVERHEAD if sent else 0) + sum(part_tokens)
             items.append(item)
             continue
-        tokens = MESSAGE_OVERHEAD
+        tokens = MESSAGE_OVERHEAD if len(unsent) < n_parts or not n_parts else 0
         refused = _refused_media(stored.event, options)
         for idx, state in enumerate(states):
             if state.compacted_seq is not None:
@@ -489,7 +506,7 @@ def assemble(rows: ViewRows, options: ViewOptions | None, counter: TokenCounter)
             elif idx in refused:
                 tokens += counts(media_stand_in(stored.event.parts[idx]))  # type: ignore[union-attr]
             else:
-                tokens += state.tokens
+                tokens += part_tokens[idx]
         item.tokens = tokens
         items.append(item)
     view = View(

@@ -755,3 +755,26 @@ def test_a_condensation_the_query_misreads_is_read_statement_by_statement(
                 assert alone is None
             assert store.view(sid).to_messages() == before
         _view_rows._alone_statement.cache_clear()
+
+
+def test_provider_items_the_view_leaves_out_take_no_room(store: EventStore) -> None:
+    from eventstore import ProviderPart
+
+    sid = store.create_session().id
+    item = ProviderPart(provider="openai", item={"type": "reasoning", "encrypted": "e" * 4_000})
+    call = ToolCallPart(id="c1", name="shell", arguments='{"cmd": "ls"}')
+    store.append(
+        sid,
+        [
+            Message.user("go"),
+            Message(role="assistant", parts=[item, call]),
+            Message.tool("c1", "a.py"),
+            Message(role="assistant", parts=[item]),
+        ],
+    )
+    plain = store.view(sid)
+    assert len(plain.to_messages()) == 3  # the message of the item alone is not sent
+    assert plain.tokens < 100  # neither item is
+    openai = store.view(sid, options=ViewOptions(provider="openai"))
+    assert len(openai.to_messages()) == 4
+    assert openai.tokens > plain.tokens + 2 * 900  # sent back to the provider that made it
