@@ -502,7 +502,9 @@ class HeadTruncator:
 
     What it cuts first: pinned user messages before the task (demonstrations, templates),
     then the system prompt, then the task itself (a message an importer marked, else the
-    last pinned user message), each group only when the ones before cannot free enough.
+    last pinned user message), each group only when the ones before, cut as far as
+    allowed, leave the view over the budget (short of the target, they are cut as far as
+    allowed and the later groups stay whole).
 
     Args:
         min_keep_chars: Fewest characters a cut text keeps.
@@ -532,14 +534,20 @@ class HeadTruncator:
             # cuts a head that leaves no room for the newest messages.
             return None
         # Down to the run's target, not just under the budget: cut just to fit, the next
-        # turn would overflow again and cut again.
+        # turn would overflow again and cut again. But a later group (the system prompt,
+        # the task) is cut only when the earlier ones, cut as far as allowed, leave the
+        # view over the budget: reaching the target is not worth a system prompt.
         need = view.tokens - min(ctx.target(budget), budget.available)
+        fit = view.tokens - budget.available
         groups = _head_groups(view)
         chosen: list[tuple[PartRef, str, int]] = []
         for group in groups:
             chosen.extend(group)
             keep = _largest_keep(chosen, need, self.min_keep_chars, ctx)
             if keep is not None:
+                break
+            if _largest_keep(chosen, fit, self.min_keep_chars, ctx) is not None:
+                keep = self.min_keep_chars  # fits: as close to the target as these allow
                 break
         else:
             keep = self.min_keep_chars  # cut everything as far as allowed: the closest fit

@@ -92,7 +92,7 @@ RECALL_SUMMARY_PREFIX = (
 )
 """The summary prefix from render version 3 on: it says how to get the condensed events
 back."""
-RENDER_VERSION = 3
+RENDER_VERSION = 4
 """The current rendering (see :attr:`ViewOptions.render_version`)."""
 
 
@@ -117,8 +117,10 @@ class ViewOptions(BaseModel):
     """Keep the user messages before the first assistant message verbatim (the task and
     anything shown before it; used when nothing was condensed yet)."""
     render_version: int = RENDER_VERSION
-    """How messages are rendered. 3: the default placeholder and summary prefix name how to
-    get the original back (:data:`RECALL_PLACEHOLDER`, :data:`RECALL_SUMMARY_PREFIX`);
+    """How messages are rendered. 4: the results of parallel tool calls follow their call
+    group in the order they were appended (before: in call order); 3: the default
+    placeholder and summary prefix name how to get the original back
+    (:data:`RECALL_PLACEHOLDER`, :data:`RECALL_SUMMARY_PREFIX`);
     2: a message that only calls tools goes out with ``content: null``, as providers send
     it; 1: with ``""`` (the first release). Recorded with every ``llm_call``; a call
     recorded before the field existed rebuilds with 1 (see :meth:`recorded`)."""
@@ -217,6 +219,19 @@ def _refused_media(evt: Any, options: ViewOptions) -> frozenset[int] | set[int]:
         i
         for i, p in enumerate(evt.parts)
         if isinstance(p, FilePart) and not is_accepted(p.media_type, options.accepts)
+    }
+
+
+def _unsent_items(evt: Any, options: ViewOptions) -> frozenset[int] | set[int]:
+    """Indexes of the message's provider items the rendering leaves out (another
+    provider's, or any in a tool message): they take no room in the view."""
+    if not isinstance(evt, Message):
+        return _NONE_REFUSED
+    return {
+        i
+        for i, p in enumerate(evt.parts)
+        if isinstance(p, ProviderPart)
+        and (evt.role == "tool" or options.provider is None or p.provider != options.provider)
     }
 
 
@@ -465,14 +480,17 @@ def assemble(rows: ViewRows, options: ViewOptions | None, counter: TokenCounter)
                 PartState(st.tokens, replaced.get((stored.seq, i), st.compacted_seq))
                 for i, st in enumerate(states)
             ]
-        part_tokens = [s.tokens for s in states]
+        unsent = _unsent_items(stored.event, options)
+        part_tokens = [0 if i in unsent else s.tokens for i, s in enumerate(states)]
         item = ViewItem(stored=stored, part_tokens=part_tokens, pinned=stored.seq in pinned_seqs)
         if options.accepts is None and all(s.compacted_seq is None for s in states):
-            # Nothing shown in place of a part: the stored counts are the item's tokens.
-            item.tokens = MESSAGE_OVERHEAD + sum(part_tokens)
+            # Nothing shown in place of a part: the stored counts are the item's tokens
+            # (a message of another provider's items alone is not sent at all).
+            sent = len(unsent) < n_parts or not n_parts
+            item.tokens = (MESSAGE_OVERHEAD if sent else 0) + sum(part_tokens)
             items.append(item)
             continue
-        tokens = MESSAGE_OVERHEAD
+        tokens = MESSAGE_OVERHEAD if len(unsent) < n_parts or not n_parts else 0
         refused = _refused_media(stored.event, options)
         for idx, state in enumerate(states):
             if state.compacted_seq is not None:
@@ -488,7 +506,7 @@ def assemble(rows: ViewRows, options: ViewOptions | None, counter: TokenCounter)
             elif idx in refused:
                 tokens += counts(media_stand_in(stored.event.parts[idx]))  # type: ignore[union-attr]
             else:
-                tokens += state.tokens
+                tokens += part_tokens[idx]
         item.tokens = tokens
         items.append(item)
     view = View(
@@ -693,9 +711,12 @@ def _render(view: View) -> list[dict[str, Any]]:
 
     # Pair results with calls: every call's result goes right after its call group, a call
     # with no result gets an explicit interrupted result, a result with no call is left
-    # out (it stays in the log).
+    # out (it stays in the log). From version 4 a group's results go in the order they were
+    # appended (parallel calls may finish in any order: the newest result stays last, as
+    # the model saw it arrive), its interrupted results first; before, in call order.
     # Queues per id: some agents reuse call ids within one history, so pairing is positional.
-    results: dict[str, list[tuple[Message, dict[int, PartRef], dict[int, int]]]] = {}
+    arrival = options.render_version >= 4
+    results: dict[str, list[tuple[Message, dict[int, PartRef], dict[int, int], int, int]]] = {}
     carriers: set[int] = set()  # positions of the items that hold a tool result
     for pos, item in enumerate(view.items):
         msg = item.message
@@ -718,6 +739,8 @@ def _render(view: View) -> list[dict[str, Any]]:
                         single,
                         {0: ref} if ref is not None else {},
                         {0: keep} if keep is not None else {},
+                        pos,
+                        idx,
                     )
                 )
 
@@ -747,6 +770,7 @@ def _render(view: View) -> list[dict[str, Any]]:
             whole = len(others) == len(item.message.parts)
             out.extend(emit(msg, item.compacted if whole else {}, item.kept if whole else {}))
         if msg.role == "assistant":
+            answered = []
             for call in msg.tool_calls:
                 queue = results.get(call.id)
                 found = queue.pop(0) if queue else None
@@ -759,8 +783,12 @@ def _render(view: View) -> list[dict[str, Any]]:
                         state="interrupted",
                     )
                     out.extend(_plain(Message(role="tool", parts=[res])))
+                elif arrival:
+                    answered.append(found)
                 else:
-                    out.extend(emit(*found))
+                    out.extend(emit(*found[:3]))
+            for found in sorted(answered, key=lambda f: (f[3], f[4])):
+                out.extend(emit(*found[:3]))
     if summary_msg is not None:
         out.append(summary_msg)
     return out

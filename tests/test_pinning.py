@@ -112,6 +112,30 @@ def test_a_head_too_large_for_the_budget_is_cut_once_and_says_so(store: EventSto
     assert store.verify(sid).ok
 
 
+def test_the_system_prompt_stays_whole_when_cutting_the_demonstration_makes_it_fit(
+    store: EventStore,
+) -> None:
+    """A system prompt and task that together pass the run's target but fit the budget: the
+    demonstration is cut as far as allowed, and the system prompt is not cut to reach the
+    target (it is what the model must see whole)."""
+    budget = Budget(max_input_tokens=4_096, reserved_output=512, buffer=205)
+    sid = store.create_session().id
+    system = "You solve tasks with shell commands. " + "Rule: be careful. " * 250
+    demo = "Here is a demonstration of a solved task:\n" + "$ ls\nfile.py\n" * 2_000
+    task = "We need to fix the rounding bug. " + "Details of the bug. " * 150
+    store.append(sid, [Message.system(system), Message.user(demo), Message.user(task)])
+    view = store.view(sid)
+    assert view.items[0].tokens + view.items[2].tokens > budget.fraction(0.5)
+    policy = CondensationPolicy(budget, token_counter=store.token_counter, real_counter=False)
+    out = policy.maybe_condense(store, sid)
+    assert "truncate_pinned_head" in [s.condenser for s in out.steps]
+    assert store.view(sid).tokens <= budget.available
+    messages = store.view(sid).to_messages()
+    assert messages[0]["content"] == system
+    assert messages[2]["content"] == task
+    assert "characters omitted" in messages[1]["content"]
+
+
 def test_a_system_prompt_alone_over_the_budget_is_cut_and_the_task_kept(
     store: EventStore,
 ) -> None:

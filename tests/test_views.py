@@ -308,7 +308,7 @@ def test_time_travel_is_exact(store: EventStore, ops: list[tuple[str, int]]) -> 
 # --------------------------------------------------------------------------- rendering
 
 
-def test_parallel_calls_stay_together_and_results_follow_in_call_order(store: EventStore) -> None:
+def _parallel_out_of_order(store: EventStore) -> str:
     sid = store.create_session().id
     calls = [ToolCallPart(id=f"p{i}", name="grep", arguments=f'{{"q": {i}}}') for i in range(3)]
     store.append(
@@ -322,11 +322,34 @@ def test_parallel_calls_stay_together_and_results_follow_in_call_order(store: Ev
             Message.tool("p1", "r1"),
         ],
     )
+    return sid
+
+
+def test_parallel_calls_stay_together_and_results_follow_in_arrival_order(
+    store: EventStore,
+) -> None:
+    sid = _parallel_out_of_order(store)
     msgs = store.view(sid).to_messages()
     assert [m["role"] for m in msgs] == ["user", "assistant", "tool", "tool", "tool", "user"]
     assert msgs[1]["content"] is None  # as providers send a tool-call-only message
-    assert [m["tool_call_id"] for m in msgs[2:5]] == ["p0", "p1", "p2"]
-    assert [m["content"] for m in msgs[2:5]] == ["r0", "r1", "r2"]
+    # In the order they were appended: the newest result is the last of its group.
+    assert [m["tool_call_id"] for m in msgs[2:5]] == ["p2", "p0", "p1"]
+    assert [m["content"] for m in msgs[2:5]] == ["r2", "r0", "r1"]
+    # Before version 4: in call order.
+    old = store.view(sid, options=ViewOptions(render_version=3)).to_messages()
+    assert [m["tool_call_id"] for m in old[2:5]] == ["p0", "p1", "p2"]
+    assert old[:2] == msgs[:2] and old[5:] == msgs[5:]
+
+
+def test_calls_recorded_before_arrival_order_still_verify(store: EventStore) -> None:
+    sid = _parallel_out_of_order(store)
+    old = store.view(sid, options=ViewOptions(render_version=3))
+    record_llm_call(store, sid, old, None, model="m")  # recorded in call order
+    record_llm_call(store, sid, store.view(sid), None, model="m")
+    calls = [e.event for e in store.read(sid, kinds=["llm_call"])]
+    assert calls[0].fingerprint != calls[1].fingerprint  # type: ignore[union-attr]
+    report = store.verify(sid)
+    assert report.ok and report.llm_calls == 2, report.problems
 
 
 def test_unanswered_call_gets_an_explicit_interrupted_result(store: EventStore) -> None:
@@ -732,3 +755,26 @@ def test_a_condensation_the_query_misreads_is_read_statement_by_statement(
                 assert alone is None
             assert store.view(sid).to_messages() == before
         _view_rows._alone_statement.cache_clear()
+
+
+def test_provider_items_the_view_leaves_out_take_no_room(store: EventStore) -> None:
+    from eventstore import ProviderPart
+
+    sid = store.create_session().id
+    item = ProviderPart(provider="openai", item={"type": "reasoning", "encrypted": "e" * 4_000})
+    call = ToolCallPart(id="c1", name="shell", arguments='{"cmd": "ls"}')
+    store.append(
+        sid,
+        [
+            Message.user("go"),
+            Message(role="assistant", parts=[item, call]),
+            Message.tool("c1", "a.py"),
+            Message(role="assistant", parts=[item]),
+        ],
+    )
+    plain = store.view(sid)
+    assert len(plain.to_messages()) == 3  # the message of the item alone is not sent
+    assert plain.tokens < 100  # neither item is
+    openai = store.view(sid, options=ViewOptions(provider="openai"))
+    assert len(openai.to_messages()) == 4
+    assert openai.tokens > plain.tokens + 2 * 900  # sent back to the provider that made it
