@@ -785,8 +785,9 @@ def test_cline_native_tool_results_written_as_text_pair_with_their_calls(
         "tu_b": "[execute_command for 'cd app &&\nls'] Result: a.ts",
     }
     msgs = store.view(r.session_id).to_messages()
+    # The call with no result is answered as interrupted first, then the results as they came.
     assert [(m["role"], m.get("tool_call_id")) for m in msgs[1:6]] == [
-        ("assistant", None), ("tool", "tu_a"), ("tool", "tu_b"), ("tool", "tu_c"), ("user", None)
+        ("assistant", None), ("tool", "tu_c"), ("tool", "tu_a"), ("tool", "tu_b"), ("user", None)
     ]  # fmt: skip
     assert msgs[5]["content"] == "<environment_details>cwd: /app</environment_details>"
     assert "[TASK RESUMPTION]" in str(msgs[-1]["content"])
