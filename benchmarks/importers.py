@@ -142,7 +142,9 @@ peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 # encoding the events in batches of 1,000 (the conversion timed without the parsing).
 from eventstore._append import encode as encode_events
 from eventstore.importers._agent import Torn
-from eventstore.importers._keyed import AGENT_FORMATS, _first_time, _records, detect_agent_format
+from eventstore.importers._keyed import (
+    AGENT_FORMATS, detect_agent_format, first_time, source_records,
+)
 stages = {"parse": 0.0, "convert": 0.0, "encode": 0.0}
 def encode_timed(events):
     cpu0 = cpu()
@@ -151,13 +153,13 @@ def encode_timed(events):
 for path in transcripts_under(sys.argv[2]):
     fmt = detect_agent_format(path)
     cpu0 = cpu()
-    for _ in _records(path, fmt, [0]):
+    for _ in source_records(path, fmt, [0]):
         pass
     stages["parse"] += cpu() - cpu0
     conv = AGENT_FORMATS[fmt](path)
-    conv.when = _first_time(path) or conv.when
+    conv.when = first_time(path) or conv.when
     batch = []
-    for rec in _records(path, fmt, [0]):
+    for rec in source_records(path, fmt, [0]):
         if isinstance(rec, Torn):
             break
         cpu0 = cpu()

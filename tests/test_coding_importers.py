@@ -183,10 +183,11 @@ def test_explicit_format_imports_what_auto_detection_imports(tmp_path: Path, pat
     [a] = import_transcript(auto, path)
     [b] = import_transcript(explicit, path, _format_of(path))
     assert a.key == b.key and a.events == b.events
-    assert _payloads(auto, a.session_id) == _payloads(explicit, b.session_id)
+    assert event_payloads(auto, a.session_id) == event_payloads(explicit, b.session_id)
 
 
-def _payloads(store: EventStore, sid: str) -> list[Any]:
+def event_payloads(store: EventStore, sid: str) -> list[Any]:
+    """A session's events as JSON without their ids: what two imports must agree on."""
     return [s.event.model_dump(mode="json", exclude={"id"}) for s in store.read(sid)]
 
 

@@ -241,18 +241,25 @@ def test_the_same_error_from_two_tools_is_one_entry_and_other_errors_stay(
     ]
 
 
-def test_inventories_keep_the_newest_and_most_referenced_and_say_what_was_left_out(
-    store: EventStore,
-) -> None:
+def _files_run(store: EventStore, files: int) -> str:
+    """A session reading ``files`` modules one by one, and coming back every tenth turn to
+    one early file (the most referenced)."""
     sid = store.create_session().id
     batch: list[Message] = [Message.user("Tidy the package.")]
-    for i in range(300):
+    for i in range(files):
         batch.append(_shell(f"c{i}", f"cat src/pkg/module_{i:03d}.py"))
         batch.append(Message.tool(f"c{i}", "ok", name="bash"))
-        if i % 10 == 0:  # one early file the run keeps coming back to
+        if i % 10 == 0:
             batch.append(_shell(f"r{i}", "cat src/pkg/core_config.py"))
             batch.append(Message.tool(f"r{i}", "ok", name="bash"))
     store.append(sid, [Message.system("rules"), *batch])
+    return sid
+
+
+def test_inventories_keep_the_newest_and_most_referenced_and_say_what_was_left_out(
+    store: EventStore,
+) -> None:
+    sid = _files_run(store, 300)
     summary = ExtractiveSummarizer(max_files=40).summarize(None, _events(store, sid)).text
     files = summary.split(f"## {HEADINGS[5]}", 1)[1]
     assert "src/pkg/module_299.py" in files  # the newest
@@ -286,15 +293,7 @@ def test_an_inventory_over_its_limit_fills_the_room_and_names_what_it_left_out(
     """Sized to a limit, the file list keeps as many entries as fit (not a power-of-two
     share of its cap), the newest and the most referenced verbatim, and says how many
     it left out and that search_history finds them."""
-    sid = store.create_session().id
-    batch: list[Message] = [Message.user("Tidy the package.")]
-    for i in range(200):
-        batch.append(_shell(f"c{i}", f"cat src/pkg/module_{i:03d}.py"))
-        batch.append(Message.tool(f"c{i}", "ok", name="bash"))
-        if i % 10 == 0:  # one early file the run keeps coming back to
-            batch.append(_shell(f"r{i}", "cat src/pkg/core_config.py"))
-            batch.append(Message.tool(f"r{i}", "ok", name="bash"))
-    store.append(sid, [Message.system("rules"), *batch])
+    sid = _files_run(store, 200)
     summarizer = ExtractiveSummarizer()
     events = _events(store, sid)
     whole = summarizer.summarize(None, events).text

@@ -35,7 +35,7 @@ from eventstore.importers import (
     import_transcript,
     transcripts_under,
 )
-from tests.test_coding_importers import export_keeps_every_hash
+from tests.test_coding_importers import event_payloads, export_keeps_every_hash
 
 DATA = Path(__file__).parent / "data" / "transcripts" / "opencode"
 MAIN_ID = "ses_47f1c2a9dffeQ3mZk8Vb1xYtRw"
@@ -64,10 +64,6 @@ def raw_count(storage: Path, session_id: str) -> dict[str, Any]:
     return {"calls": calls, "reasoning": reasoning, "users": users}
 
 
-def _payloads(store: EventStore, sid: str) -> list[Any]:
-    return [s.event.model_dump(mode="json", exclude={"id"}) for s in store.read(sid)]
-
-
 def imported(store: EventStore, sid: str) -> list[Any]:
     return [s.event for s in store.read(sid)]
 
@@ -92,7 +88,7 @@ def test_auto_detection_and_the_explicit_format_agree(tmp_path: Path) -> None:
     b = EventStore(f"sqlite:///{tmp_path / 'b.db'}")
     [ra] = import_transcript(a, SESSION)
     [rb] = import_transcript(b, SESSION, "opencode")
-    assert _payloads(a, ra.session_id) == _payloads(b, rb.session_id)
+    assert event_payloads(a, ra.session_id) == event_payloads(b, rb.session_id)
     assert ra.events == rb.events == 15
 
 

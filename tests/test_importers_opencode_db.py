@@ -35,7 +35,8 @@ from eventstore.importers import (
 )
 from eventstore.importers.opencode import numbered
 from eventstore.importers.opencode_db import DbSession, connect
-from tests.test_importers_opencode import CHILD_ID, MAIN_ID, SESSION, STORAGE, _payloads
+from tests.test_coding_importers import event_payloads
+from tests.test_importers_opencode import CHILD_ID, MAIN_ID, SESSION, STORAGE
 
 SCHEMA = Path(__file__).parent / "data" / "transcripts" / "opencode" / "db" / "schema.sql"
 
@@ -117,7 +118,7 @@ def _storage_events(tmp_path: Path, sid: str) -> list[Any]:
     try:
         file = next((STORAGE / "session").glob(f"*/{sid}.json"))
         [r] = import_transcript(other, file)
-        return _payloads(other, r.session_id)
+        return event_payloads(other, r.session_id)
     finally:
         other.close()
 
@@ -130,7 +131,7 @@ def test_each_session_makes_the_events_its_storage_files_make(
     assert all(r.status == "created" and r.format == "opencode" for r in rows)
     for r in rows:
         sid = r.key.split(":", 1)[1]
-        assert _payloads(store, r.session_id) == _storage_events(tmp_path, sid)
+        assert event_payloads(store, r.session_id) == _storage_events(tmp_path, sid)
     main, child = (store.get_session(r.session_id) for r in rows)
     assert rows[0].condensations == 1 and rows[0].events == 15
     assert main.title == "Add a --verbose flag to the CLI"
@@ -156,7 +157,7 @@ def test_detection_and_the_explicit_format_agree(opencode_db: Path, tmp_path: Pa
         ra = import_transcript(a, opencode_db)
         rb = import_transcript(b, opencode_db, "opencode")
         for x, y in zip(ra, rb, strict=True):
-            assert _payloads(a, x.session_id) == _payloads(b, y.session_id)
+            assert event_payloads(a, x.session_id) == event_payloads(b, y.session_id)
         transcripts = load_transcripts(opencode_db)
         assert [t.metadata["import"]["key"] for t in transcripts] == [r.key for r in ra]
         assert [len(t.events) for t in transcripts] == [r.events for r in ra]
@@ -210,7 +211,7 @@ def test_reimport_adds_nothing_and_a_longer_database_only_its_new_messages(
         ("up to date", 0, 0),
     ]
     assert [s.hash for s in store.read(rows[0].session_id)][: len(hashes)] == hashes
-    assert _payloads(store, rows[0].session_id) == _storage_events(tmp_path, MAIN_ID)
+    assert event_payloads(store, rows[0].session_id) == _storage_events(tmp_path, MAIN_ID)
 
 
 def test_a_session_opencode_moved_into_its_database_continues_its_storage_import(

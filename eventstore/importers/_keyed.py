@@ -167,7 +167,7 @@ def change_stamp(path: str | Path, fmt: str) -> tuple[int, ...]:
     return (st.st_size, st.st_mtime_ns, *extra)
 
 
-def _records(
+def source_records(
     path: Path, fmt: str, counter: list[int], db: DbSession | None = None
 ) -> Iterator[tuple[int, Any] | Torn]:
     if db is not None:
@@ -197,7 +197,7 @@ def _is_single_json(path: Path) -> bool:
     return bool(first) and isinstance(first[0], dict) and isinstance(first[0].get("messages"), list)
 
 
-def _first_time(path: Path) -> datetime | None:
+def first_time(path: Path) -> datetime | None:
     """The first timestamp among the first records: the time of records that carry none
     before it (a Claude Code ``summary``, a Gemini CLI header), so that the session's
     events keep the transcript's times rather than the time of the import."""
@@ -340,7 +340,7 @@ def _converter(p: Path, fmt: str, db: DbSession | None) -> Converter:
     if db is not None:
         return OpenCode(p, info=db.info())
     conv = AGENT_FORMATS[fmt](p)
-    conv.when = _first_time(p) or conv.when
+    conv.when = first_time(p) or conv.when
     return conv
 
 
@@ -377,7 +377,7 @@ def _import_one(
     counter = [0]
     pending: int | None = None
     writer = _Writer(store, conv, key, targets, batch_size)
-    for rec in _records(p, fmt, counter, db):
+    for rec in source_records(p, fmt, counter, db):
         if isinstance(rec, Torn):
             pending = rec.line
             break
@@ -413,7 +413,7 @@ def convert_transcript(path: str | Path, fmt: str) -> list[Transcript]:
 def _convert_one(p: Path, fmt: str, db: DbSession | None) -> list[Transcript]:
     conv = _converter(p, fmt, db)
     items: list[Item] = []
-    for rec in _records(p, fmt, [0], db):
+    for rec in source_records(p, fmt, [0], db):
         if isinstance(rec, Torn):
             break
         conv.push(*rec)
