@@ -4,11 +4,20 @@ machinery is :mod:`eventstore.distribution`)."""
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 from sqlalchemy.engine import Connection
 
-__all__ = ["epoch", "forget_distribution", "is_distributed", "mark_distributed"]
+__all__ = [
+    "epoch",
+    "forget_distribution",
+    "function_body",
+    "installed_body",
+    "is_distributed",
+    "mark_distributed",
+    "versioned",
+]
 
 
 #: Key in a pooled connection's ``info``: whether its database's events are distributed,
@@ -68,3 +77,24 @@ def epoch() -> int:
     """The current :data:`_epoch`: a mark a pooled connection holds for an older one is to
     be asked again."""
     return _epoch
+
+
+def versioned(ddl: str, what: str) -> str:
+    """``CREATE FUNCTION`` ``ddl`` with a first body line naming its version (a digest of
+    the whole definition, its settings too): the body alone then tells whether a database
+    holds the function as this version writes it (:func:`installed_body`)."""
+    version = hashlib.sha1(ddl.encode()).hexdigest()[:16]
+    return ddl.replace("AS $$\n", f"AS $$\n-- eventstore {what} {version}\n", 1)
+
+
+def function_body(ddl: str) -> str:
+    """The body of the function ``ddl`` creates, as ``pg_proc.prosrc`` holds it."""
+    return ddl[ddl.index("$$") + 2 : ddl.rindex("$$")]
+
+
+def installed_body(conn: Connection, signature: str) -> str | None:
+    """The body of the function of ``signature`` in ``conn``'s database, if it is there."""
+    found: str | None = conn.exec_driver_sql(
+        f"SELECT prosrc FROM pg_proc WHERE oid = to_regprocedure('{signature}')"
+    ).scalar()
+    return found

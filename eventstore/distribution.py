@@ -28,7 +28,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import Connection, Engine
 
 from ._engine import DEFAULT_LOCK_TIMEOUT_MS
-from ._routing import epoch, forget_distribution, is_distributed
+from ._routing import epoch, forget_distribution, function_body, installed_body, is_distributed
 from .errors import SchemaError
 from .schema import SCHEMA_REVISION
 
@@ -121,11 +121,18 @@ class AlreadyDistributed(Exception):
 
 
 def _routed_append_statements(conn: Connection) -> list[str]:
-    """The statements that create the routed append's function and distribute it by the
-    session (see :mod:`eventstore._append.postgres`)."""
+    """The statements that create (or bring up to date) the routed append's function and
+    distribute it by the session (see :mod:`eventstore._append.postgres`); none when it is
+    there as this version writes it. An earlier version's still appends correctly, so
+    appends use it until then (:func:`routes_appends`)."""
     from ._append import postgres
 
-    return [postgres.ROUTED_FUNCTION_DDL, postgres.ROUTED_DISTRIBUTE]
+    ddl = postgres.ROUTED_FUNCTION_DDL
+    if installed_body(conn, postgres.ROUTED_SIGNATURE) == function_body(ddl):
+        return []
+    # CREATE OR REPLACE of a distributed function reaches the workers by itself.
+    distributed = _distributed_function(conn, postgres.ROUTED_SIGNATURE)
+    return [ddl] + ([] if distributed else [postgres.ROUTED_DISTRIBUTE])
 
 
 def _routed_view_statements(conn: Connection) -> list[str]:
@@ -153,29 +160,6 @@ def _distributed_function(conn: Connection, signature: str) -> bool:
             "AND o.distribution_argument_index IS NOT NULL)"
         ).scalar()
     )
-
-
-def _has_routed_append(conn: Connection) -> bool:
-    """Whether this version's routed append function is there, distributed (by its
-    signature: an earlier version's, of other argument types, is not what appends call)."""
-    from ._append import postgres
-
-    return _distributed_function(conn, postgres.ROUTED_SIGNATURE)
-
-
-def _routed_append_settings(conn: Connection) -> list[str]:
-    """The statement that gives an earlier version's routed append function the plan
-    setting it runs with (see :data:`eventstore._append.postgres.ROUTED_PLANS`), where it
-    lacks it (``ALTER FUNCTION`` of a distributed function reaches the workers)."""
-    from ._append import postgres
-
-    config = conn.exec_driver_sql(
-        f"SELECT proconfig FROM pg_proc WHERE oid = to_regprocedure('{postgres.ROUTED_SIGNATURE}')"
-    ).scalar()
-    if postgres.ROUTED_PLANS in (config or ()):
-        return []
-    name, value = postgres.ROUTED_PLANS.split("=")
-    return [f"ALTER FUNCTION {postgres.ROUTED_SIGNATURE} SET {name} = {value}"]
 
 
 #: Key in a pooled connection's ``info``: whether appends go through the routed function.
@@ -228,11 +212,7 @@ def distribute_citus(engine: Engine) -> list[str]:
     with engine.begin() as conn:
         already = conn.dialect.name == "postgresql" and is_distributed(conn, fresh=True)
         if already:
-            if _has_routed_append(conn):
-                added = _routed_append_settings(conn)
-            else:
-                added = _routed_append_statements(conn)
-            added += _routed_view_statements(conn)
+            added = _routed_append_statements(conn) + _routed_view_statements(conn)
             for sql in added:
                 _run(conn, sql)
     if already:  # (raised once the transaction above committed)

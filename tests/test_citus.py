@@ -20,7 +20,7 @@ from sqlalchemy import create_engine, event, text
 from sqlalchemy.engine import make_url
 
 from benchmarks.citus import drop_store
-from eventstore import Condensation, EventStore, Message, PartRef, Prune
+from eventstore import Condensation, EventStore, Message, PartRef, Prune, ToolCallPart
 from eventstore.cli import cli
 
 CITUS_URL = os.environ.get("EVENTSTORE_TEST_CITUS_URL")
@@ -98,6 +98,16 @@ def test_appends_are_routed_to_one_worker_without_two_phase_commit(distributed_u
         store.append(session.id, [Message.user("one")])  # the routed call
         one = list(log.sent)
         log.sent.clear()
+        # One event of one part row, then one of several: the function's one-row insert
+        # and its many-row insert of parts.
+        call = ToolCallPart(id="c1", name="sh", arguments='{"cmd": "ls"}')
+        store.append(session.id, [Message.assistant(tool_calls=[call])])
+        store.append(session.id, [Message.tool("c1", "a.py", name="sh")])
+        calls = [ToolCallPart(id=f"d{i}", name="sh", arguments=f'{{"i": {i}}}') for i in range(3)]
+        store.append(session.id, [Message.assistant("three", tool_calls=calls)])
+        store.append(session.id, [Message.tool(f"d{i}", f"out {i}", name="sh") for i in range(3)])
+        parts = list(log.sent)
+        log.sent.clear()
         batch = [Message.user(f"event {i}") for i in range(1_000)]
         store.append(session.id, batch)
         thousand = list(log.sent)
@@ -106,7 +116,13 @@ def test_appends_are_routed_to_one_worker_without_two_phase_commit(distributed_u
         store.append(other.id, batch)  # a first append of 1,000: the head read, then routed
         first_batch = list(log.sent)
         log.recording = False
-        every = (("first", first), ("one", one), ("1,000", thousand), ("first 1,000", first_batch))
+        every = (
+            ("first", first),
+            ("one", one),
+            ("parts", parts),
+            ("1,000", thousand),
+            ("first 1,000", first_batch),
+        )
         for name, sent in every:
             assert sent, f"{name}: no remote command logged (is this a Citus coordinator?)"
             assert not any("PREPARE TRANSACTION" in s for s in sent), (name, sent)
@@ -118,7 +134,16 @@ def test_appends_are_routed_to_one_worker_without_two_phase_commit(distributed_u
         # delegated function call.
         for name, sent in (("one", one), ("1,000", thousand), ("first 1,000", first_batch)):
             assert sum("eventstore_append_routed" in s for s in sent) == 1, (name, sent)
-        assert store.head(session.id) == 1_002
+        assert sum("eventstore_append_routed" in s for s in parts) == 4, parts
+        assert store.head(session.id) == 1_008
+        with store.engine.connect() as conn:
+            rows = conn.execute(
+                text(
+                    "SELECT seq, idx, tool_call_id FROM parts WHERE session_id = :s ORDER BY 1, 2"
+                ),
+                {"s": session.id},
+            ).all()
+        assert [r[2] for r in rows] == ["c1", "c1", None, "d0", "d1", "d2", "d0", "d1", "d2"]
         assert store.head(other.id) == 1_000
         assert store.verify(session.id).ok and store.verify(other.id).ok
         assert [m["content"] for m in store.view(session.id).to_messages()[-2:]] == [
@@ -320,8 +345,9 @@ def test_a_view_is_one_call_on_the_sessions_worker_and_reads_what_the_statement_
 
 def test_distributing_again_brings_the_routed_functions_up_to_date(distributed_url: str) -> None:
     """A database distributed by an earlier version (no view function, an append
-    function without its plan setting) gets both from a second `db distribute`; until
-    then a store reads views with the one statement."""
+    function of another body, without its plan setting) gets both from a second `db
+    distribute`; until then a store reads views with the one statement and appends with
+    the earlier function."""
     from eventstore._append import postgres
     from eventstore._sql import view_rows as vr
 
@@ -329,11 +355,15 @@ def test_distributing_again_brings_the_routed_functions_up_to_date(distributed_u
     try:
         with engine.connect() as conn:
             conn.execute(text(f"DROP FUNCTION {vr.ROUTED_VIEW_SIGNATURE}"))
-            conn.execute(text(f"ALTER FUNCTION {postgres.ROUTED_SIGNATURE} RESET ALL"))
+            earlier = re.sub(r"-- eventstore append \w+\n", "", postgres.ROUTED_FUNCTION_DDL)
+            earlier = earlier.replace(f" SET {postgres.ROUTED_PLANS.replace('=', ' = ')}", "")
+            assert earlier != postgres.ROUTED_FUNCTION_DDL and "plan_cache_mode" not in earlier
+            conn.exec_driver_sql(earlier.replace("%", "%%"))
         store = EventStore(distributed_url, tenant=f"t-{uuid.uuid4().hex}")
         try:
             sid = store.create_session().id
             store.append(sid, [Message.user("one"), Message.user("two")])
+            store.append(sid, [Message.user("three")])  # the earlier function, one row
             before = store.view(sid).to_messages()
             with store.engine.connect() as conn:
                 assert not vr.routes_views(conn)

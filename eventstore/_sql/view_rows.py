@@ -23,7 +23,6 @@ first and falls back to :func:`view_rows` (forks, replicas, other drivers).
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import sqlite3
 from collections.abc import Iterable, Sequence
@@ -33,7 +32,14 @@ from sqlalchemy import select
 from sqlalchemy.engine import Connection
 
 from .._engine import driver_error
-from .._routing import epoch, forget_distribution, is_distributed
+from .._routing import (
+    epoch,
+    forget_distribution,
+    function_body,
+    installed_body,
+    is_distributed,
+    versioned,
+)
 from ..codec import decode_row
 from ..errors import InvalidEventError, ReadAgain
 from ..events import Condensation, Prune
@@ -698,10 +704,7 @@ BEGIN
     END IF;
 END;
 $$ LANGUAGE plpgsql STABLE SET plan_cache_mode = force_custom_plan"""
-    # The body names the version of the whole definition (its settings too), so that
-    # a store can tell from the body alone that the function is this version's.
-    version = hashlib.sha1(ddl.encode()).hexdigest()[:16]
-    return ddl.replace("AS $$\n", f"AS $$\n-- eventstore view {version}\n", 1)
+    return versioned(ddl, "view")
 
 
 def view_rows_at_once(
@@ -998,12 +1001,9 @@ def routes_views(conn: Connection) -> bool:
 
 def view_source() -> str:
     """The body of the routed view's function as this version writes it."""
-    ddl = routed_view_function()
-    return ddl[ddl.index("$$") + 2 : ddl.rindex("$$")]
+    return function_body(routed_view_function())
 
 
 def routed_view_source(conn: Connection) -> str | None:
     """The body of the routed view's function in ``conn``'s database, if it is there."""
-    return conn.exec_driver_sql(
-        f"SELECT prosrc FROM pg_proc WHERE oid = to_regprocedure('{ROUTED_VIEW_SIGNATURE}')"
-    ).scalar()
+    return installed_body(conn, ROUTED_VIEW_SIGNATURE)
