@@ -449,7 +449,8 @@ def test_export_then_import_keeps_the_session_id_and_every_hash(
 
 def export_keeps_every_hash(store: EventStore, transcript: Path, tmp_path: Path) -> None:
     """Import ``transcript``, export the session and import the export into another store:
-    the same session id and every hash."""
+    the same session id, key and every hash, so importing the transcript there again finds
+    the session (nothing new), and a second import of the export is a clear error."""
     [r] = import_transcript(store, transcript)
     out = tmp_path / "export.jsonl"
     with out.open("w", encoding="utf-8") as fp:
@@ -460,8 +461,22 @@ def export_keeps_every_hash(store: EventStore, transcript: Path, tmp_path: Path)
             copy = import_jsonl(other, fp)
         assert copy.id == r.session_id
         assert [s.hash for s in other.read(copy.id)] == [s.hash for s in store.read(r.session_id)]
+        assert other.get_session_by_key(r.key).id == copy.id
+        assert [x.status for x in import_transcript(other, transcript)] == ["up to date"]
     finally:
         other.close()
+    # Where the transcript was imported on its own, the export's key is taken.
+    third = EventStore(f"sqlite:///{tmp_path / 'third.db'}")
+    try:
+        [own] = import_transcript(third, transcript)
+        with out.open(encoding="utf-8") as fp, pytest.raises(ImportFormatError, match="id and key"):
+            import_jsonl(third, fp)
+        with out.open(encoding="utf-8") as fp:
+            fresh = import_jsonl(third, fp, new_id=True)
+        assert fresh.id not in (r.session_id, own.session_id)
+        assert fresh.key is None and third.get_session_by_key(r.key).id == own.session_id
+    finally:
+        third.close()
 
 
 # --------------------------------------------------------------------------- bad input

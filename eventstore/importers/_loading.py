@@ -42,6 +42,9 @@ class Transcript:
     """Encoded size of each event, when already computed."""
     session_id: str | None = None
     """The session id to keep (exports only); ``None`` for a fresh one."""
+    key: str | None = None
+    """The session's key to keep with its id (exports only: see
+    :meth:`~eventstore.EventStore.get_session_by_key`)."""
     purged: bool = False
     """Some events are purged (exports only): their payloads are redacted and their hashes,
     the originals', are proven by the purge records that follow them."""

@@ -161,14 +161,17 @@ def _create(conn: Connection, store: EventStore, t: Transcript, sid: str | None)
             user_id=t.user_id,
             title=t.title,
             metadata=t.metadata,
+            key=t.key if sid is not None else None,
         )
     except EventStoreError as exc:
         if sid is None:
             raise
-        # The id came from the file: taken means the export was imported here before.
+        # The id (and key) came from the file: taken means the export was imported here
+        # before.
+        kept, fresh = ("id and key", "a fresh id and no key") if t.key else ("id", "a fresh id")
         raise ImportFormatError(
-            f"{t.title or 'import'}: cannot keep the session id ({exc}); import with "
-            "new_id=True to give the imported session a fresh id"
+            f"{t.title or 'import'}: cannot keep the session {kept} ({exc}); import with "
+            f"new_id=True to give the imported session {fresh}"
         ) from exc
 
 
@@ -282,7 +285,7 @@ def _write_purged(
 
 
 def _fresh_session(t: Transcript) -> Transcript:
-    return dataclasses.replace(t, session_id=None)
+    return dataclasses.replace(t, session_id=None, key=None)
 
 
 def _check_head_hash(
@@ -362,10 +365,11 @@ def import_jsonl(
 ) -> Session:
     """Import a file written by :func:`export_jsonl` as a session.
 
-    The session id, event ids and timestamps are kept, so the session and its hash chain
-    come out identical; the head hash is checked against the file before the import
+    The session id and key, event ids and timestamps are kept, so the session and its
+    hash chain come out identical, and a later import of the transcript the session came
+    from finds it by its key; the head hash is checked against the file before the import
     commits. ``session_id`` names the new session instead, ``new_id=True`` gives it a
-    fresh id.
+    fresh id and no key.
 
     Session and event ids are unique per database, so an export cannot be imported back
     into the database it came from with its ids; ``new_ids=True`` assigns fresh event ids

@@ -92,6 +92,7 @@ def parse_export(loaded: LoadedFile) -> Transcript:
     title = sess.get("title") if isinstance(sess.get("title"), str) else None
     user_id = sess.get("user_id") if isinstance(sess.get("user_id"), str) else None
     sid = sess.get("id") if isinstance(sess.get("id"), str) else None
+    key = sess.get("key") if isinstance(sess.get("key"), str) and sess.get("key") else None
     return Transcript(
         events=events,
         title=title,
@@ -100,6 +101,7 @@ def parse_export(loaded: LoadedFile) -> Transcript:
         hashes=hashes,
         payload_sizes=sizes,
         session_id=sid,
+        key=key if sid is not None else None,
         purged=bool(unproven),
     )
 
