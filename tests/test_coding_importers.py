@@ -507,7 +507,7 @@ def test_lines_that_are_not_records_are_kept_as_custom_events(
 
 
 def test_wrong_or_unknown_format_is_a_clear_error(store: EventStore, tmp_path: Path) -> None:
-    with pytest.raises(ImportFormatError, match="this is a codex transcript, not claude-code"):
+    with pytest.raises(ImportFormatError, match="in the codex format, not claude-code"):
         import_transcript(store, CODEX, "claude-code")
     other = tmp_path / "notes.jsonl"
     other.write_text('{"x": 1}\n{"y": 2}\n')

@@ -313,10 +313,10 @@ def import_transcript(
         raise ImportFormatError(f"{p}: unknown format {fmt!r} (known: {', '.join(AGENT_FORMATS)})")
     if not p.is_file():
         raise ImportFormatError(f"{p}: not a file")
-    if format is not None and detect_agent_format(p) not in (None, fmt):
+    found = detect_agent_format(p) if format is not None else None
+    if found not in (None, fmt):
         raise ImportFormatError(
-            f"{p}: this is a {detect_agent_format(p)} transcript, not {fmt}; "
-            "omit --format to detect it"
+            f"{p}: this file is in the {found} format, not {fmt}; omit --format to detect it"
         )
     if fmt == "opencode" and is_sqlite(p):
         stamps = session_stamps(p)
