@@ -565,7 +565,7 @@ def test_cli_refuses_an_unrecognised_file_naming_the_formats(cli_db: Any, tmp_pa
     result = cli_db("import", str(other), code=1)
     assert "claude-code, codex, gemini-cli" in result.output
     wrong = cli_db("import", str(CODEX), "--format", "gemini-cli", code=1)
-    assert "codex transcript" in wrong.output
+    assert "in the codex format, not gemini-cli" in wrong.output
 
 
 def test_watch_once_twice_imports_once_and_follows_new_lines(cli_db: Any, tmp_path: Path) -> None:
