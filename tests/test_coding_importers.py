@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections import Counter
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -41,12 +42,15 @@ from eventstore.importers import (
 )
 
 DATA = Path(__file__).parent / "data" / "transcripts"
-SAMPLES = sorted(p for p in DATA.rglob("*.jsonl"))
+SAMPLES = sorted([*DATA.rglob("*.jsonl"), *DATA.rglob("gemini-cli/*.json")])
 COMPACTED = DATA / "claude-code" / "claude-code-log-dag_compact_after_rewind.jsonl"
 SIDECHAIN = DATA / "claude-code" / "claude-code-log-sidechain_integrated.jsonl"
 CODEX = DATA / "codex" / "vibecodingtracker-codex.jsonl"
 CLAUDE = DATA / "claude-code" / "vibecodingtracker-claude_code.jsonl"
 GEMINI = DATA / "gemini-cli" / "vibecodingtracker-gemini.jsonl"
+LEGACY_CODEX = (
+    DATA / "codex" / "rollout-2025-08-20T13-20-47-5f0c2e1a-7d3b-4c55-9a0e-1b2c3d4e5f60.jsonl"
+)
 
 
 def _format_of(path: Path) -> str:
@@ -57,6 +61,8 @@ def _format_of(path: Path) -> str:
 
 
 def _lines(path: Path) -> list[Any]:
+    if path.suffix == ".json":  # Gemini CLI's single-JSON layout: the messages are the records
+        return list(json.loads(path.read_text(encoding="utf-8"))["messages"])
     out = []
     for line in path.read_text(encoding="utf-8").splitlines():
         try:
@@ -104,8 +110,13 @@ def independent_count(path: Path, fmt: str) -> dict[str, Any]:
                 if isinstance(content, str) or others or not ids:
                     users += 1
     elif fmt == "codex":
+        # The older layout: a header line without "type", then response items without an
+        # envelope ("payload").
+        bare = bool(records) and not {"type", "payload"} & records[0].keys()
         for r in records:
             p = r.get("payload") if r.get("type") == "response_item" else None
+            if bare and "payload" not in r and "type" in r:
+                p = r
             if not isinstance(p, dict):
                 continue
             if p.get("type") in ("function_call", "custom_tool_call", "local_shell_call"):
@@ -176,14 +187,17 @@ def test_auto_detection_agrees_with_the_folder_the_sample_is_filed_under(path: P
     assert detect_format(path) == _format_of(path)
 
 
-@pytest.mark.parametrize("path", [CLAUDE, CODEX, GEMINI], ids=lambda p: p.parent.name)
+@pytest.mark.parametrize("path", SAMPLES, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_explicit_format_imports_what_auto_detection_imports(tmp_path: Path, path: Path) -> None:
+    # Every event's time comes from the transcript, never from the import: two imports of
+    # one file are the same events.
     auto = EventStore(f"sqlite:///{tmp_path / 'auto.db'}")
     explicit = EventStore(f"sqlite:///{tmp_path / 'explicit.db'}")
-    [a] = import_transcript(auto, path)
-    [b] = import_transcript(explicit, path, _format_of(path))
-    assert a.key == b.key and a.events == b.events
-    assert event_payloads(auto, a.session_id) == event_payloads(explicit, b.session_id)
+    done_a = import_transcript(auto, path)
+    done_b = import_transcript(explicit, path, _format_of(path))
+    assert [(a.key, a.events) for a in done_a] == [(b.key, b.events) for b in done_b]
+    for a, b in zip(done_a, done_b, strict=True):
+        assert event_payloads(auto, a.session_id) == event_payloads(explicit, b.session_id)
 
 
 def event_payloads(store: EventStore, sid: str) -> list[Any]:
@@ -346,6 +360,25 @@ def test_a_claude_code_microcompaction_becomes_a_prune_of_the_results_it_cleared
     assert before[2]["content"] == "out 1" and before[4]["content"] == "out 2"
     assert after[2]["content"] != "out 1" and after[4]["content"] == "out 2"
     assert store.verify(r.session_id).ok
+
+
+def test_a_codex_rollout_of_the_older_layout_reads_its_bare_items(store: EventStore) -> None:
+    # Before session_meta: a header line, {"record_type": "state"} lines, and response items
+    # without an envelope or a time of their own.
+    path = LEGACY_CODEX
+    [r] = import_transcript(store, path)
+    assert r.key == "codex:5f0c2e1a-7d3b-4c55-9a0e-1b2c3d4e5f60"
+    events = [s.event for s in store.read(r.session_id)]
+    customs = [e.name for e in events if isinstance(e, Custom)]
+    assert customs == ["codex.session_meta", "codex.state", "codex.state", "codex.state"]
+    [header] = _lines(path)[:1]
+    assert all(e.created_at == datetime.fromisoformat(header["timestamp"]) for e in events)
+    head = store.view(r.session_id).to_messages()
+    roles = ["user", "user", "assistant", "tool", "assistant", "tool", "assistant"]
+    assert [m["role"] for m in head] == roles
+    calls = [p for e in events if isinstance(e, Message) for p in e.parts]
+    [shell] = [p for p in calls if isinstance(p, ToolCallPart) and p.call_type == "local_shell"]
+    assert json.loads(shell.arguments)["command"] == ["bash", "-lc", "ls"]
 
 
 def test_a_codex_compaction_becomes_one_condensation(store: EventStore, tmp_path: Path) -> None:

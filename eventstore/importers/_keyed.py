@@ -50,7 +50,7 @@ from ._loading import ImportFormatError, Transcript
 from .aider import Aider, first_header_time, looks_aider, path_digest
 from .claude_code import ClaudeCode, looks_claude_code
 from .cline import Cline, history_records, looks_cline
-from .codex import Codex, looks_codex
+from .codex import Codex, codex_session_id, looks_codex
 from .gemini_cli import GeminiCli, json_session_records, looks_gemini, looks_gemini_header
 from .opencode import (
     OpenCode,
@@ -237,10 +237,8 @@ def _peek_source_id(path: Path, fmt: str) -> str:
             continue
         if fmt == "claude-code" and isinstance(rec.get("sessionId"), str):
             return rec["sessionId"]
-        if fmt == "codex" and rec.get("type") == "session_meta":
-            payload = rec.get("payload")
-            if isinstance(payload, dict) and isinstance(payload.get("id"), str):
-                return payload["id"]
+        if fmt == "codex" and (sid := codex_session_id(rec)) is not None:
+            return sid
         if fmt == "gemini-cli" and looks_gemini_header(rec):
             return str(rec["sessionId"])
     return path.stem

@@ -100,10 +100,13 @@ class GeminiCli(Converter):
         if not isinstance(record, dict):
             self._bookkeeping("non_record", record)
             return
-        when = parse_when(record.get("timestamp"))
+        header = looks_gemini_header(record)
+        # The header's time is its startTime (the single-JSON layout's first records are
+        # not lines, so no time is known before it).
+        when = parse_when(record.get("startTime" if header else "timestamp"))
         if when is not None:
             self.when = when
-        if looks_gemini_header(record):
+        if header:
             if self.source_id is None:
                 self.source_id = record["sessionId"]
                 self.metadata = {
