@@ -310,6 +310,51 @@ def test_a_rewritten_file_is_refused_and_nothing_is_written(
 # --------------------------------------------------------------------------- compaction
 
 
+def native_compactions(path: Path, fmt: str) -> list[str | None]:
+    """Each native compaction's summary text, read straight from the file (``None`` when the
+    file holds none: a Codex compaction made by the server, a marker whose summary line is
+    missing)."""
+    out: list[str | None] = []
+    records = _lines(path)
+    for i, r in enumerate(records):
+        if fmt == "codex" and r.get("type") == "compacted":
+            out.append((r.get("payload") or {}).get("message") or None)
+        elif fmt == "claude-code" and r.get("subtype") == "compact_boundary":
+            after = [x for x in records[i + 1 :] if x.get("type") in ("user", "assistant")][:1]
+            text: str | None = None
+            if after and after[0].get("isCompactSummary"):
+                content = after[0]["message"]["content"]
+                text = (
+                    content
+                    if isinstance(content, str)
+                    else "".join(b.get("text", "") for b in content if b.get("type") == "text")
+                )
+            out.append(text)
+    return out
+
+
+@pytest.mark.parametrize(
+    "path",
+    [p for p in SAMPLES if _format_of(p) in ("claude-code", "codex")],
+    ids=lambda p: f"{p.parent.name}/{p.name}",
+)
+def test_every_native_compaction_is_one_condensation_with_its_text(
+    store: EventStore, path: Path
+) -> None:
+    expected = native_compactions(path, _format_of(path))
+    done = import_transcript(store, path)
+    got = [
+        s.event
+        for r in done
+        for s in store.read(r.session_id)
+        if isinstance(s.event, Condensation) and s.event.trigger == "import"
+    ]
+    assert sum(r.condensations for r in done) == len(got) == len(expected)
+    for cond, text in zip(got, expected, strict=True):
+        if text is not None:
+            assert cond.summary == text  # verbatim
+
+
 def test_a_claude_code_compaction_becomes_one_condensation(store: EventStore) -> None:
     [r] = import_transcript(store, COMPACTED)
     assert r.condensations == 1
