@@ -10,6 +10,7 @@ tool-call and tool-result id sets, the thinking blocks and the user turns. The f
 from __future__ import annotations
 
 import json
+import os
 import uuid
 from collections import Counter
 from datetime import datetime
@@ -567,6 +568,21 @@ def test_lines_that_are_not_records_are_kept_as_custom_events(
     assert bad.data["record"]["text"] == "{not json" and bad.data["source"]["line"] == 11
     assert all(i.stored.kind == "message" for i in store.view(r.session_id).items)
     assert imported_count(store, [r.session_id]) == independent_count(CODEX, "codex")
+
+
+def test_a_transcript_that_carries_no_time_takes_its_files_time(tmp_path: Path) -> None:
+    # A Claude Code file of summary lines only (what a resumed 1.x session leaves): no
+    # record says when; its events take the file's modification time, not the import's.
+    path = tmp_path / "c0ffee00-0000-4000-8000-000000000001.jsonl"
+    path.write_text(json.dumps({"type": "summary", "summary": "CI", "leafUuid": "u-1"}) + "\n")
+    os.utime(path, (1_750_000_000, 1_750_000_000))
+    imports = []
+    for name in ("a", "b"):
+        store = EventStore(f"sqlite:///{tmp_path / name}.db")
+        [r] = import_transcript(store, path)
+        imports.append(event_payloads(store, r.session_id))
+    assert imports[0] == imports[1]
+    assert imports[0][0]["created_at"] == "2025-06-15T15:06:40Z"
 
 
 def test_wrong_or_unknown_format_is_a_clear_error(store: EventStore, tmp_path: Path) -> None:
