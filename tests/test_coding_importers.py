@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import uuid
 from collections import Counter
 from datetime import datetime
@@ -43,7 +44,13 @@ from eventstore.importers import (
 )
 
 DATA = Path(__file__).parent / "data" / "transcripts"
-SAMPLES = sorted([*DATA.rglob("*.jsonl"), *DATA.rglob("gemini-cli/*.json")])
+SAMPLES = sorted(
+    [
+        *DATA.rglob("*.jsonl"),
+        *DATA.rglob("gemini-cli/*.json"),
+        *DATA.rglob("cline/*/api_conversation_history.json"),
+    ]
+)
 COMPACTED = DATA / "claude-code" / "claude-code-log-dag_compact_after_rewind.jsonl"
 SIDECHAIN = DATA / "claude-code" / "claude-code-log-sidechain_integrated.jsonl"
 CODEX = DATA / "codex" / "vibecodingtracker-codex.jsonl"
@@ -55,13 +62,16 @@ LEGACY_CODEX = (
 
 
 def _format_of(path: Path) -> str:
-    return path.parent.name
+    """The format a sample is filed under: its folder, a Cline task's folder's folder."""
+    return "cline" if path.name == "api_conversation_history.json" else path.parent.name
 
 
 # --------------------------------------------------------------------------- independent count
 
 
 def _lines(path: Path) -> list[Any]:
+    if path.name == "api_conversation_history.json":  # a Cline task: a list of messages
+        return [r for r in json.loads(path.read_text(encoding="utf-8")) if isinstance(r, dict)]
     if path.suffix == ".json":  # Gemini CLI's single-JSON layout: the messages are the records
         return list(json.loads(path.read_text(encoding="utf-8"))["messages"])
     out = []
@@ -128,6 +138,36 @@ def independent_count(path: Path, fmt: str) -> dict[str, Any]:
                 thinking += 1
             elif p.get("type") == "message" and p.get("role") == "user":
                 users += 1
+    elif fmt == "cline":
+        # Anthropic messages; with native tool calls, Cline writes each result as a
+        # "[tool] Result:" text block of the next user message, answering the calls in order.
+        open_calls: list[str] = []
+        for r in records:
+            content = r.get("content")
+            blocks = (
+                [b for b in content if isinstance(b, dict)] if isinstance(content, list) else []
+            )
+            if r.get("isSummary") or r.get("isTruncationMarker"):
+                continue
+            if r.get("role") == "assistant":
+                open_calls = [b["id"] for b in blocks if b.get("type") == "tool_use"]
+                calls.update(open_calls)
+                thinking += sum(b.get("type") in ("thinking", "redacted_thinking") for b in blocks)
+            elif r.get("role") == "user":
+                ids = [b["tool_use_id"] for b in blocks if b.get("type") == "tool_result"]
+                texts = [b for b in blocks if b.get("type") != "tool_result"]
+                if not ids and open_calls:
+                    answers = [
+                        b
+                        for b in texts
+                        if re.match(r"\[[\w-]+( for '.*?')?\] Result:", b.get("text", ""), re.S)
+                    ][: len(open_calls)]
+                    ids = open_calls[: len(answers)]
+                    texts = [b for b in texts if not any(b is a for a in answers)]
+                results.update(ids)
+                open_calls = []
+                if isinstance(content, str) or texts or not ids:
+                    users += 1
     else:  # gemini-cli: a message written again under its id replaces the earlier one
         latest: dict[str, dict[str, Any]] = {}
         for r in records:
@@ -320,6 +360,11 @@ def native_compactions(path: Path, fmt: str) -> list[str | None]:
     for i, r in enumerate(records):
         if fmt == "codex" and r.get("type") == "compacted":
             out.append((r.get("payload") or {}).get("message") or None)
+        elif fmt == "cline" and (r.get("isSummary") or r.get("isTruncationMarker")):
+            content = r.get("content")
+            out.append(
+                (content if isinstance(content, str) else None) if r.get("isSummary") else None
+            )
         elif fmt == "claude-code" and r.get("subtype") == "compact_boundary":
             after = [x for x in records[i + 1 :] if x.get("type") in ("user", "assistant")][:1]
             text: str | None = None
@@ -336,7 +381,7 @@ def native_compactions(path: Path, fmt: str) -> list[str | None]:
 
 @pytest.mark.parametrize(
     "path",
-    [p for p in SAMPLES if _format_of(p) in ("claude-code", "codex")],
+    [p for p in SAMPLES if _format_of(p) in ("claude-code", "codex", "cline")],
     ids=lambda p: f"{p.parent.name}/{p.name}",
 )
 def test_every_native_compaction_is_one_condensation_with_its_text(
@@ -354,6 +399,23 @@ def test_every_native_compaction_is_one_condensation_with_its_text(
     for cond, text in zip(got, expected, strict=True):
         if text is not None:
             assert cond.summary == text  # verbatim
+
+
+def test_a_roo_code_summary_of_the_rewriting_versions_forgets_the_task_before_it(
+    store: EventStore,
+) -> None:
+    # Roo Code 3.2x rewrote the history on condensing: [task, summary (isSummary, no
+    # condenseId), the messages it kept, ...]; from then on it sent the summary and what
+    # follows it, not the task.
+    path = (
+        DATA / "check" / "cline" / "roo-natural-already-condensed" / "api_conversation_history.json"
+    )
+    [r] = import_transcript(store, path)
+    [cond] = [s for s in store.read(r.session_id) if isinstance(s.event, Condensation)]
+    assert (cond.event.forgotten_from, cond.event.forgotten_to, cond.event.pinned) == (1, 1, [])
+    head = store.view(r.session_id)
+    assert head.condensation is not None and head.condensation.seq == cond.seq
+    assert [i.seq for i in head.items] == [cond.seq + 1]
 
 
 def test_a_claude_code_compaction_becomes_one_condensation(store: EventStore) -> None:
