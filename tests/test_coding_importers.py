@@ -322,6 +322,25 @@ def test_every_event_keeps_its_source_position(store: EventStore) -> None:
     assert set(uuids_seen) == all_uuids
 
 
+def test_a_claude_code_session_holding_only_its_opening_snapshot_is_recognised(
+    store: EventStore, tmp_path: Path
+) -> None:
+    # Claude Code 2.x writes a file-history-snapshot line (no sessionId) before the first
+    # prompt: the file is already a Claude Code session, keyed by its name.
+    source = DATA / "check" / "claude-code" / "spotter-tool_heavy.jsonl"
+    lines = source.read_text(encoding="utf-8").splitlines(keepends=True)
+    session_id = json.loads(lines[1])["sessionId"]
+    copy = tmp_path / f"{session_id}.jsonl"
+    copy.write_text(lines[0], encoding="utf-8")
+    assert detect_agent_format(copy) == "claude-code"
+    [first] = import_transcript(store, copy)
+    assert first.key == f"claude-code:{session_id}" and first.events == 1
+    copy.write_text("".join(lines), encoding="utf-8")
+    [grown] = import_transcript(store, copy)
+    assert grown.session_id == first.session_id and grown.status == "updated"
+    assert imported_count(store, [first.session_id]) == independent_count(source, "claude-code")
+
+
 def test_a_torn_last_line_waits_for_its_newline(store: EventStore, tmp_path: Path) -> None:
     lines = CODEX.read_text(encoding="utf-8").splitlines(keepends=True)
     copy = tmp_path / CODEX.name
