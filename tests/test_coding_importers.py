@@ -299,6 +299,33 @@ def test_a_longer_copy_appends_only_the_new_entries(
     assert again.status == "up to date"
 
 
+def test_a_gemini_message_written_again_after_an_import_adds_only_what_is_new(
+    tmp_path: Path,
+) -> None:
+    # Gemini CLI writes a model message again (its tool calls, then their results) under the
+    # same id. Imported between two versions, the stored version stays and the later one
+    # adds only its new parts: at every cut, the same ids and thoughts as a whole import,
+    # and each tool call once in the view.
+    lines = GEMINI.read_text(encoding="utf-8").splitlines(keepends=True)
+    expected = independent_count(GEMINI, "gemini-cli")
+    for cut in range(1, len(lines)):
+        store = EventStore(f"sqlite:///{tmp_path / f'cut{cut}.db'}")
+        copy = tmp_path / GEMINI.name
+        copy.write_text("".join(lines[:cut]), encoding="utf-8")
+        import_transcript(store, copy, final=False)
+        copy.write_text("".join(lines), encoding="utf-8")
+        [r] = import_transcript(store, copy, final=False)
+        assert imported_count(store, [r.session_id]) == expected, cut
+        calls = [
+            part.id
+            for item in store.view(r.session_id).items
+            for part in item.message.parts
+            if isinstance(part, ToolCallPart)
+        ]
+        assert len(calls) == len(set(calls)), cut
+        store.close()
+
+
 def test_every_event_keeps_its_source_position(store: EventStore) -> None:
     [r] = import_transcript(store, CLAUDE)
     lines = CLAUDE.read_text(encoding="utf-8").splitlines()
