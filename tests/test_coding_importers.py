@@ -194,16 +194,19 @@ def imported_count(store: EventStore, session_ids: list[str]) -> dict[str, Any]:
         for stored in store.read(sid, kinds=["message"]):
             msg = stored.event
             assert isinstance(msg, Message)
+            summaries = sealed = 0
             for part in msg.parts:
                 if isinstance(part, ToolCallPart):
                     calls.add(part.id)
                 elif isinstance(part, ToolResultPart):
                     results.add(part.tool_call_id)
                 elif isinstance(part, ReasoningPart):
-                    thinking += 1
+                    summaries += 1
                 elif isinstance(part, ProviderPart) and part.item.get("type") == "reasoning":
-                    if not any(isinstance(p, ReasoningPart) for p in msg.parts):
-                        thinking += 1  # a reasoning item without a summary
+                    sealed += 1
+            # A Codex reasoning item is a provider part, with a reasoning part beside it when
+            # it has a summary: one thought each.
+            thinking += max(summaries, sealed)
             if msg.role == "user":
                 users += 1
     return {"calls": calls, "results": results, "thinking": thinking, "users": users}
