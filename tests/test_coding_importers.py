@@ -302,30 +302,46 @@ def test_a_longer_copy_appends_only_the_new_entries(
     assert again.status == "up to date"
 
 
-def test_a_gemini_message_written_again_after_an_import_adds_only_what_is_new(
-    tmp_path: Path,
+@pytest.mark.parametrize(
+    "path",
+    [p for p in SAMPLES if p.suffix == ".jsonl" and _format_of(p) != "aider"],
+    ids=lambda p: f"{p.parent.name}/{p.name}",
+)
+def test_a_file_imported_while_it_is_written_keeps_the_sources_ids_and_compactions(
+    tmp_path: Path, path: Path
 ) -> None:
-    # Gemini CLI writes a model message again (its tool calls, then their results) under the
-    # same id. Imported between two versions, the stored version stays and the later one
-    # adds only its new parts: at every cut, the same ids and thoughts as a whole import,
-    # and each tool call once in the view.
-    lines = GEMINI.read_text(encoding="utf-8").splitlines(keepends=True)
-    expected = independent_count(GEMINI, "gemini-cli")
-    for cut in range(1, len(lines)):
+    # What `watch` does to a growing file: an import at every line of its first 30 (a Gemini
+    # CLI message written again after the first import among them), then
+    # the whole file. The same ids, thoughts, user turns and compactions as the source, each
+    # tool call once in the view.
+    fmt = _format_of(path)
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    expected = independent_count(path, fmt)
+    compactions = len(native_compactions(path, fmt)) if fmt in ("claude-code", "codex") else 0
+    copy = tmp_path / path.name
+    for cut in range(1, min(len(lines), 31)):
         store = EventStore(f"sqlite:///{tmp_path / f'cut{cut}.db'}")
-        copy = tmp_path / GEMINI.name
         copy.write_text("".join(lines[:cut]), encoding="utf-8")
         import_transcript(store, copy, final=False)
         copy.write_text("".join(lines), encoding="utf-8")
-        [r] = import_transcript(store, copy, final=False)
-        assert imported_count(store, [r.session_id]) == expected, cut
-        calls = [
-            part.id
-            for item in store.view(r.session_id).items
-            for part in item.message.parts
-            if isinstance(part, ToolCallPart)
+        done = import_transcript(store, copy, final=False)
+        sids = [r.session_id for r in done]
+        assert imported_count(store, sids) == expected, cut
+        conds = [
+            s
+            for sid in sids
+            for s in store.read(sid)
+            if isinstance(s.event, Condensation) and s.event.trigger == "import"
         ]
-        assert len(calls) == len(set(calls)), cut
+        assert len(conds) == compactions or fmt not in ("claude-code", "codex"), cut
+        for sid in sids:
+            calls = [
+                part.id
+                for item in store.view(sid).items
+                for part in item.message.parts
+                if isinstance(part, ToolCallPart)
+            ]
+            assert len(calls) == len(set(calls)), cut
         store.close()
 
 
