@@ -310,7 +310,7 @@ def test_a_longer_copy_appends_only_the_new_entries(
 def test_a_file_imported_while_it_is_written_keeps_the_sources_ids_and_compactions(
     tmp_path: Path, path: Path
 ) -> None:
-    # What `watch` does to a growing file: an import at every line of its first 30 (a Gemini
+    # What `watch` does to a growing file: an import at every line of its first 20 (a Gemini
     # CLI message written again after the first import among them), then
     # the whole file. The same ids, thoughts, user turns and compactions as the source, each
     # tool call once in the view.
@@ -319,7 +319,7 @@ def test_a_file_imported_while_it_is_written_keeps_the_sources_ids_and_compactio
     expected = independent_count(path, fmt)
     compactions = len(native_compactions(path, fmt)) if fmt in ("claude-code", "codex") else 0
     copy = tmp_path / path.name
-    for cut in range(1, min(len(lines), 31)):
+    for cut in range(1, min(len(lines), 21)):
         store = EventStore(f"sqlite:///{tmp_path / f'cut{cut}.db'}")
         copy.write_text("".join(lines[:cut]), encoding="utf-8")
         import_transcript(store, copy, final=False)
