@@ -10,8 +10,11 @@ tool-call and tool-result id sets, the thinking blocks and the user turns. The f
 from __future__ import annotations
 
 import json
+import os
+import re
 import uuid
 from collections import Counter
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -41,22 +44,36 @@ from eventstore.importers import (
 )
 
 DATA = Path(__file__).parent / "data" / "transcripts"
-SAMPLES = sorted(p for p in DATA.rglob("*.jsonl"))
+SAMPLES = sorted(
+    [
+        *DATA.rglob("*.jsonl"),
+        *DATA.rglob("gemini-cli/*.json"),
+        *DATA.rglob("cline/*/api_conversation_history.json"),
+    ]
+)
 COMPACTED = DATA / "claude-code" / "claude-code-log-dag_compact_after_rewind.jsonl"
 SIDECHAIN = DATA / "claude-code" / "claude-code-log-sidechain_integrated.jsonl"
 CODEX = DATA / "codex" / "vibecodingtracker-codex.jsonl"
 CLAUDE = DATA / "claude-code" / "vibecodingtracker-claude_code.jsonl"
 GEMINI = DATA / "gemini-cli" / "vibecodingtracker-gemini.jsonl"
+LEGACY_CODEX = (
+    DATA / "codex" / "rollout-2025-08-20T13-20-47-5f0c2e1a-7d3b-4c55-9a0e-1b2c3d4e5f60.jsonl"
+)
 
 
 def _format_of(path: Path) -> str:
-    return path.parent.name
+    """The format a sample is filed under: its folder, a Cline task's folder's folder."""
+    return "cline" if path.name == "api_conversation_history.json" else path.parent.name
 
 
 # --------------------------------------------------------------------------- independent count
 
 
 def _lines(path: Path) -> list[Any]:
+    if path.name == "api_conversation_history.json":  # a Cline task: a list of messages
+        return [r for r in json.loads(path.read_text(encoding="utf-8")) if isinstance(r, dict)]
+    if path.suffix == ".json":  # Gemini CLI's single-JSON layout: the messages are the records
+        return list(json.loads(path.read_text(encoding="utf-8"))["messages"])
     out = []
     for line in path.read_text(encoding="utf-8").splitlines():
         try:
@@ -104,8 +121,13 @@ def independent_count(path: Path, fmt: str) -> dict[str, Any]:
                 if isinstance(content, str) or others or not ids:
                     users += 1
     elif fmt == "codex":
+        # The older layout: a header line without "type", then response items without an
+        # envelope ("payload").
+        bare = bool(records) and not {"type", "payload"} & records[0].keys()
         for r in records:
             p = r.get("payload") if r.get("type") == "response_item" else None
+            if bare and "payload" not in r and "type" in r:
+                p = r
             if not isinstance(p, dict):
                 continue
             if p.get("type") in ("function_call", "custom_tool_call", "local_shell_call"):
@@ -116,6 +138,36 @@ def independent_count(path: Path, fmt: str) -> dict[str, Any]:
                 thinking += 1
             elif p.get("type") == "message" and p.get("role") == "user":
                 users += 1
+    elif fmt == "cline":
+        # Anthropic messages; with native tool calls, Cline writes each result as a
+        # "[tool] Result:" text block of the next user message, answering the calls in order.
+        open_calls: list[str] = []
+        for r in records:
+            content = r.get("content")
+            blocks = (
+                [b for b in content if isinstance(b, dict)] if isinstance(content, list) else []
+            )
+            if r.get("isSummary") or r.get("isTruncationMarker"):
+                continue
+            if r.get("role") == "assistant":
+                open_calls = [b["id"] for b in blocks if b.get("type") == "tool_use"]
+                calls.update(open_calls)
+                thinking += sum(b.get("type") in ("thinking", "redacted_thinking") for b in blocks)
+            elif r.get("role") == "user":
+                ids = [b["tool_use_id"] for b in blocks if b.get("type") == "tool_result"]
+                texts = [b for b in blocks if b.get("type") != "tool_result"]
+                if not ids and open_calls:
+                    answers = [
+                        b
+                        for b in texts
+                        if re.match(r"\[[\w-]+( for '.*?')?\] Result:", b.get("text", ""), re.S)
+                    ][: len(open_calls)]
+                    ids = open_calls[: len(answers)]
+                    texts = [b for b in texts if not any(b is a for a in answers)]
+                results.update(ids)
+                open_calls = []
+                if isinstance(content, str) or texts or not ids:
+                    users += 1
     else:  # gemini-cli: a message written again under its id replaces the earlier one
         latest: dict[str, dict[str, Any]] = {}
         for r in records:
@@ -142,16 +194,19 @@ def imported_count(store: EventStore, session_ids: list[str]) -> dict[str, Any]:
         for stored in store.read(sid, kinds=["message"]):
             msg = stored.event
             assert isinstance(msg, Message)
+            summaries = sealed = 0
             for part in msg.parts:
                 if isinstance(part, ToolCallPart):
                     calls.add(part.id)
                 elif isinstance(part, ToolResultPart):
                     results.add(part.tool_call_id)
                 elif isinstance(part, ReasoningPart):
-                    thinking += 1
+                    summaries += 1
                 elif isinstance(part, ProviderPart) and part.item.get("type") == "reasoning":
-                    if not any(isinstance(p, ReasoningPart) for p in msg.parts):
-                        thinking += 1  # a reasoning item without a summary
+                    sealed += 1
+            # A Codex reasoning item is a provider part, with a reasoning part beside it when
+            # it has a summary: one thought each.
+            thinking += max(summaries, sealed)
             if msg.role == "user":
                 users += 1
     return {"calls": calls, "results": results, "thinking": thinking, "users": users}
@@ -176,14 +231,17 @@ def test_auto_detection_agrees_with_the_folder_the_sample_is_filed_under(path: P
     assert detect_format(path) == _format_of(path)
 
 
-@pytest.mark.parametrize("path", [CLAUDE, CODEX, GEMINI], ids=lambda p: p.parent.name)
+@pytest.mark.parametrize("path", SAMPLES, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_explicit_format_imports_what_auto_detection_imports(tmp_path: Path, path: Path) -> None:
+    # Every event's time comes from the transcript, never from the import: two imports of
+    # one file are the same events.
     auto = EventStore(f"sqlite:///{tmp_path / 'auto.db'}")
     explicit = EventStore(f"sqlite:///{tmp_path / 'explicit.db'}")
-    [a] = import_transcript(auto, path)
-    [b] = import_transcript(explicit, path, _format_of(path))
-    assert a.key == b.key and a.events == b.events
-    assert event_payloads(auto, a.session_id) == event_payloads(explicit, b.session_id)
+    done_a = import_transcript(auto, path)
+    done_b = import_transcript(explicit, path, _format_of(path))
+    assert [(a.key, a.events) for a in done_a] == [(b.key, b.events) for b in done_b]
+    for a, b in zip(done_a, done_b, strict=True):
+        assert event_payloads(auto, a.session_id) == event_payloads(explicit, b.session_id)
 
 
 def event_payloads(store: EventStore, sid: str) -> list[Any]:
@@ -244,6 +302,49 @@ def test_a_longer_copy_appends_only_the_new_entries(
     assert again.status == "up to date"
 
 
+@pytest.mark.parametrize(
+    "path",
+    [p for p in SAMPLES if p.suffix == ".jsonl" and _format_of(p) != "aider"],
+    ids=lambda p: f"{p.parent.name}/{p.name}",
+)
+def test_a_file_imported_while_it_is_written_keeps_the_sources_ids_and_compactions(
+    tmp_path: Path, path: Path
+) -> None:
+    # What `watch` does to a growing file: an import at every line of its first 20 (a Gemini
+    # CLI message written again after the first import among them), then
+    # the whole file. The same ids, thoughts, user turns and compactions as the source, each
+    # tool call once in the view.
+    fmt = _format_of(path)
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    expected = independent_count(path, fmt)
+    compactions = len(native_compactions(path, fmt)) if fmt in ("claude-code", "codex") else 0
+    copy = tmp_path / path.name
+    for cut in range(1, min(len(lines), 21)):
+        store = EventStore(f"sqlite:///{tmp_path / f'cut{cut}.db'}")
+        copy.write_text("".join(lines[:cut]), encoding="utf-8")
+        import_transcript(store, copy, final=False)
+        copy.write_text("".join(lines), encoding="utf-8")
+        done = import_transcript(store, copy, final=False)
+        sids = [r.session_id for r in done]
+        assert imported_count(store, sids) == expected, cut
+        conds = [
+            s
+            for sid in sids
+            for s in store.read(sid)
+            if isinstance(s.event, Condensation) and s.event.trigger == "import"
+        ]
+        assert len(conds) == compactions or fmt not in ("claude-code", "codex"), cut
+        for sid in sids:
+            calls = [
+                part.id
+                for item in store.view(sid).items
+                for part in item.message.parts
+                if isinstance(part, ToolCallPart)
+            ]
+            assert len(calls) == len(set(calls)), cut
+        store.close()
+
+
 def test_every_event_keeps_its_source_position(store: EventStore) -> None:
     [r] = import_transcript(store, CLAUDE)
     lines = CLAUDE.read_text(encoding="utf-8").splitlines()
@@ -265,6 +366,25 @@ def test_every_event_keeps_its_source_position(store: EventStore) -> None:
         json.loads(x)["uuid"] for x in lines if json.loads(x)["type"] in ("user", "assistant")
     }
     assert set(uuids_seen) == all_uuids
+
+
+def test_a_claude_code_session_holding_only_its_opening_snapshot_is_recognised(
+    store: EventStore, tmp_path: Path
+) -> None:
+    # Claude Code 2.x writes a file-history-snapshot line (no sessionId) before the first
+    # prompt: the file is already a Claude Code session, keyed by its name.
+    source = DATA / "check" / "claude-code" / "spotter-tool_heavy.jsonl"
+    lines = source.read_text(encoding="utf-8").splitlines(keepends=True)
+    session_id = json.loads(lines[1])["sessionId"]
+    copy = tmp_path / f"{session_id}.jsonl"
+    copy.write_text(lines[0], encoding="utf-8")
+    assert detect_agent_format(copy) == "claude-code"
+    [first] = import_transcript(store, copy)
+    assert first.key == f"claude-code:{session_id}" and first.events == 1
+    copy.write_text("".join(lines), encoding="utf-8")
+    [grown] = import_transcript(store, copy)
+    assert grown.session_id == first.session_id and grown.status == "updated"
+    assert imported_count(store, [first.session_id]) == independent_count(source, "claude-code")
 
 
 def test_a_torn_last_line_waits_for_its_newline(store: EventStore, tmp_path: Path) -> None:
@@ -294,6 +414,73 @@ def test_a_rewritten_file_is_refused_and_nothing_is_written(
 
 
 # --------------------------------------------------------------------------- compaction
+
+
+def native_compactions(path: Path, fmt: str) -> list[str | None]:
+    """Each native compaction's summary text, read straight from the file (``None`` when the
+    file holds none: a Codex compaction made by the server, a marker whose summary line is
+    missing)."""
+    out: list[str | None] = []
+    records = _lines(path)
+    for i, r in enumerate(records):
+        if fmt == "codex" and r.get("type") == "compacted":
+            out.append((r.get("payload") or {}).get("message") or None)
+        elif fmt == "cline" and (r.get("isSummary") or r.get("isTruncationMarker")):
+            content = r.get("content")
+            out.append(
+                (content if isinstance(content, str) else None) if r.get("isSummary") else None
+            )
+        elif fmt == "claude-code" and r.get("subtype") == "compact_boundary":
+            after = [x for x in records[i + 1 :] if x.get("type") in ("user", "assistant")][:1]
+            text: str | None = None
+            if after and after[0].get("isCompactSummary"):
+                content = after[0]["message"]["content"]
+                text = (
+                    content
+                    if isinstance(content, str)
+                    else "".join(b.get("text", "") for b in content if b.get("type") == "text")
+                )
+            out.append(text)
+    return out
+
+
+@pytest.mark.parametrize(
+    "path",
+    [p for p in SAMPLES if _format_of(p) in ("claude-code", "codex", "cline")],
+    ids=lambda p: f"{p.parent.name}/{p.name}",
+)
+def test_every_native_compaction_is_one_condensation_with_its_text(
+    store: EventStore, path: Path
+) -> None:
+    expected = native_compactions(path, _format_of(path))
+    done = import_transcript(store, path)
+    got = [
+        s.event
+        for r in done
+        for s in store.read(r.session_id)
+        if isinstance(s.event, Condensation) and s.event.trigger == "import"
+    ]
+    assert sum(r.condensations for r in done) == len(got) == len(expected)
+    for cond, text in zip(got, expected, strict=True):
+        if text is not None:
+            assert cond.summary == text  # verbatim
+
+
+def test_a_roo_code_summary_of_the_rewriting_versions_forgets_the_task_before_it(
+    store: EventStore,
+) -> None:
+    # Roo Code 3.2x rewrote the history on condensing: [task, summary (isSummary, no
+    # condenseId), the messages it kept, ...]; from then on it sent the summary and what
+    # follows it, not the task.
+    path = (
+        DATA / "check" / "cline" / "roo-natural-already-condensed" / "api_conversation_history.json"
+    )
+    [r] = import_transcript(store, path)
+    [cond] = [s for s in store.read(r.session_id) if isinstance(s.event, Condensation)]
+    assert (cond.event.forgotten_from, cond.event.forgotten_to, cond.event.pinned) == (1, 1, [])
+    head = store.view(r.session_id)
+    assert head.condensation is not None and head.condensation.seq == cond.seq
+    assert [i.seq for i in head.items] == [cond.seq + 1]
 
 
 def test_a_claude_code_compaction_becomes_one_condensation(store: EventStore) -> None:
@@ -346,6 +533,25 @@ def test_a_claude_code_microcompaction_becomes_a_prune_of_the_results_it_cleared
     assert before[2]["content"] == "out 1" and before[4]["content"] == "out 2"
     assert after[2]["content"] != "out 1" and after[4]["content"] == "out 2"
     assert store.verify(r.session_id).ok
+
+
+def test_a_codex_rollout_of_the_older_layout_reads_its_bare_items(store: EventStore) -> None:
+    # Before session_meta: a header line, {"record_type": "state"} lines, and response items
+    # without an envelope or a time of their own.
+    path = LEGACY_CODEX
+    [r] = import_transcript(store, path)
+    assert r.key == "codex:5f0c2e1a-7d3b-4c55-9a0e-1b2c3d4e5f60"
+    events = [s.event for s in store.read(r.session_id)]
+    customs = [e.name for e in events if isinstance(e, Custom)]
+    assert customs == ["codex.session_meta", "codex.state", "codex.state", "codex.state"]
+    [header] = _lines(path)[:1]
+    assert all(e.created_at == datetime.fromisoformat(header["timestamp"]) for e in events)
+    head = store.view(r.session_id).to_messages()
+    roles = ["user", "user", "assistant", "tool", "assistant", "tool", "assistant"]
+    assert [m["role"] for m in head] == roles
+    calls = [p for e in events if isinstance(e, Message) for p in e.parts]
+    [shell] = [p for p in calls if isinstance(p, ToolCallPart) and p.call_type == "local_shell"]
+    assert json.loads(shell.arguments)["command"] == ["bash", "-lc", "ls"]
 
 
 def test_a_codex_compaction_becomes_one_condensation(store: EventStore, tmp_path: Path) -> None:
@@ -504,6 +710,21 @@ def test_lines_that_are_not_records_are_kept_as_custom_events(
     assert bad.data["record"]["text"] == "{not json" and bad.data["source"]["line"] == 11
     assert all(i.stored.kind == "message" for i in store.view(r.session_id).items)
     assert imported_count(store, [r.session_id]) == independent_count(CODEX, "codex")
+
+
+def test_a_transcript_that_carries_no_time_takes_its_files_time(tmp_path: Path) -> None:
+    # A Claude Code file of summary lines only (what a resumed 1.x session leaves): no
+    # record says when; its events take the file's modification time, not the import's.
+    path = tmp_path / "c0ffee00-0000-4000-8000-000000000001.jsonl"
+    path.write_text(json.dumps({"type": "summary", "summary": "CI", "leafUuid": "u-1"}) + "\n")
+    os.utime(path, (1_750_000_000, 1_750_000_000))
+    imports = []
+    for name in ("a", "b"):
+        store = EventStore(f"sqlite:///{tmp_path / name}.db")
+        [r] = import_transcript(store, path)
+        imports.append(event_payloads(store, r.session_id))
+    assert imports[0] == imports[1]
+    assert imports[0][0]["created_at"] == "2025-06-15T15:06:40Z"
 
 
 def test_wrong_or_unknown_format_is_a_clear_error(store: EventStore, tmp_path: Path) -> None:

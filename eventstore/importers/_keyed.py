@@ -50,7 +50,7 @@ from ._loading import ImportFormatError, Transcript
 from .aider import Aider, first_header_time, looks_aider, path_digest
 from .claude_code import ClaudeCode, looks_claude_code
 from .cline import Cline, history_records, looks_cline
-from .codex import Codex, looks_codex
+from .codex import Codex, codex_session_id, looks_codex
 from .gemini_cli import GeminiCli, json_session_records, looks_gemini, looks_gemini_header
 from .opencode import (
     OpenCode,
@@ -200,7 +200,9 @@ def _is_single_json(path: Path) -> bool:
 def first_time(path: Path) -> datetime | None:
     """The first timestamp among the first records: the time of records that carry none
     before it (a Claude Code ``summary``, a Gemini CLI header), so that the session's
-    events keep the transcript's times rather than the time of the import."""
+    events keep the transcript's times rather than the time of the import. A transcript
+    whose first records carry no time (a Claude Code file of ``summary`` lines only) takes
+    the file's modification time: two imports of one file make the same events."""
     if path.suffix == ".md":
         return first_header_time(path)
     if opencode_kind(path) is not None:
@@ -210,13 +212,13 @@ def first_time(path: Path) -> datetime | None:
             ts = rec.get("ts") if isinstance(rec, dict) else None
             if isinstance(ts, int | float) and not isinstance(ts, bool):
                 return datetime.fromtimestamp(ts / 1000, UTC)
-        return None
-    for rec in leading_records(path, 200):
-        if isinstance(rec, dict):
-            when = parse_when(rec.get("timestamp") or rec.get("startTime"))
-            if when is not None:
-                return when
-    return None
+    else:
+        for rec in leading_records(path, 200):
+            if isinstance(rec, dict):
+                when = parse_when(rec.get("timestamp") or rec.get("startTime"))
+                if when is not None:
+                    return when
+    return datetime.fromtimestamp(path.stat().st_mtime, UTC)
 
 
 def _peek_source_id(path: Path, fmt: str) -> str:
@@ -237,10 +239,8 @@ def _peek_source_id(path: Path, fmt: str) -> str:
             continue
         if fmt == "claude-code" and isinstance(rec.get("sessionId"), str):
             return rec["sessionId"]
-        if fmt == "codex" and rec.get("type") == "session_meta":
-            payload = rec.get("payload")
-            if isinstance(payload, dict) and isinstance(payload.get("id"), str):
-                return payload["id"]
+        if fmt == "codex" and (sid := codex_session_id(rec)) is not None:
+            return sid
         if fmt == "gemini-cli" and looks_gemini_header(rec):
             return str(rec["sessionId"])
     return path.stem

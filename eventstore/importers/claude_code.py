@@ -70,6 +70,10 @@ def looks_claude_code(records: list[Any]) -> bool:
             "sessionId" in rec or "leafUuid" in rec or "parentUuid" in rec
         ):
             return True
+        # 2.x opens a session with a snapshot of the files it tracks, before any line that
+        # names the session.
+        if rec.get("type") == "file-history-snapshot" and isinstance(rec.get("snapshot"), dict):
+            return True
     return False
 
 

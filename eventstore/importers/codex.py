@@ -13,7 +13,14 @@ with a count of its encrypted items.
 ``session_meta``, ``turn_context``, ``event_msg`` and anything unknown are kept as ``Custom``
 events named ``codex.<type>``.
 
-The session's key is ``codex:<session_meta.payload.id>``.
+Rollouts written before ``session_meta`` existed (Codex CLI until about September 2025) have
+no envelope: the first line is the session's header ``{"id", "timestamp", "instructions",
+"git"}`` (read as ``session_meta``), ``{"record_type": "state"}`` lines are bookkeeping
+(``codex.state``), and every other line is a response item of its own, without a payload
+wrapper or a timestamp (each takes the time of the latest record that had one).
+
+The session's key is ``codex:<session_meta.payload.id>`` (the header's ``id`` in the older
+layout).
 """
 
 from __future__ import annotations
@@ -38,14 +45,49 @@ from ._agent import Converter, InvalidLine, parse_when, short_title, text_of
 FORMAT = "codex"
 _LINE_TYPES = {"session_meta", "response_item", "turn_context", "event_msg", "compacted"}
 _MODEL_ITEMS = {"reasoning", "function_call", "custom_tool_call", "local_shell_call"}
+_ITEM_TYPES = _MODEL_ITEMS | {
+    "message",
+    "function_call_output",
+    "custom_tool_call_output",
+    "local_shell_call_output",
+}
 
 
 def looks_codex(records: list[Any]) -> bool:
-    """Whether the first records of a JSONL file are a Codex rollout's."""
+    """Whether the first records of a JSONL file are a Codex rollout's (either layout)."""
+    if records and looks_legacy_header(records[0]):
+        return "instructions" in records[0] or any(
+            isinstance(r, dict) and ("record_type" in r or r.get("type") in _ITEM_TYPES)
+            for r in records[1:]
+        )
     return any(
         isinstance(r, dict) and r.get("type") in _LINE_TYPES and isinstance(r.get("payload"), dict)
         for r in records
     )
+
+
+def looks_legacy_header(record: Any) -> bool:
+    """Whether a record is the first line of a rollout of the older layout (no envelope):
+    a session id and a timestamp, and none of the fields that mark another record."""
+    return (
+        isinstance(record, dict)
+        and isinstance(record.get("id"), str)
+        and isinstance(record.get("timestamp"), str)
+        and not {"type", "payload", "record_type", "sessionId"} & record.keys()
+    )
+
+
+def codex_session_id(record: Any) -> str | None:
+    """The session id a record names: a ``session_meta`` line's, or the older header's."""
+    if not isinstance(record, dict):
+        return None
+    if looks_legacy_header(record):
+        return str(record["id"])
+    payload = record.get("payload")
+    if record.get("type") == "session_meta" and isinstance(payload, dict):
+        sid = payload.get("id")
+        return sid if isinstance(sid, str) else None
+    return None
 
 
 class Codex(Converter):
@@ -60,6 +102,7 @@ class Codex(Converter):
         self.held: list[tuple[str, Any, datetime | None, int]] = []
         self.tool_names: dict[str, str] = {}
         self.last_condensation: int | None = None
+        self.legacy = False  # the older layout: bare response items, no envelope
 
     def feed(self, line: int, record: Any) -> None:
         if isinstance(record, InvalidLine):
@@ -74,6 +117,17 @@ class Codex(Converter):
         kind = record.get("type")
         payload = record.get("payload")
         payload = payload if isinstance(payload, dict) else {}
+        if self.source_id is None and looks_legacy_header(record):
+            self.legacy = True
+            kind, payload = "session_meta", record
+        elif self.legacy and "payload" not in record:
+            if kind is None and isinstance(record.get("record_type"), str):
+                self._bookkeeping(record["record_type"], record)
+            elif isinstance(kind, str):
+                self._item(record, record)
+            else:
+                self._bookkeeping("record", record)
+            return
         if kind == "session_meta":
             if self.source_id is None and isinstance(payload.get("id"), str):
                 self.source_id = payload["id"]

@@ -6,6 +6,11 @@ the header; a message written again with the same ``id`` (its tool calls or resu
 arrived) replaces the earlier version. The older layout is one JSON object holding the
 header fields and a ``messages`` list (a message's position in it counts as its line).
 
+A model message already stored when a later version of it arrives (the file was imported
+while the CLI was still writing it, or other records came between its versions) cannot be
+replaced in an append-only session: what the later version adds (thoughts, text, tool calls,
+results) follows as a message of its own, so no part is stored twice.
+
 ``user`` messages become user messages; ``gemini`` messages become one assistant message
 (``thoughts`` as reasoning parts, the text, ``toolCalls`` as tool calls), followed by a tool
 message with the results embedded in the calls (``functionResponse``). ``info``, ``error``
@@ -37,6 +42,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -92,6 +98,7 @@ class GeminiCli(Converter):
         self.held: list[tuple[str, Any, datetime | None, int]] = []
         self.context: dict[str, list[int]] = {}  # the messages sent: id -> their seqs
         self.last_condensation: int | None = None
+        self.stored: dict[str, _Stored] = {}  # model message id -> what was emitted of it
 
     def feed(self, line: int, record: Any) -> None:
         if isinstance(record, InvalidLine):
@@ -100,10 +107,13 @@ class GeminiCli(Converter):
         if not isinstance(record, dict):
             self._bookkeeping("non_record", record)
             return
-        when = parse_when(record.get("timestamp"))
+        header = looks_gemini_header(record)
+        # The header's time is its startTime (the single-JSON layout's first records are
+        # not lines, so no time is known before it).
+        when = parse_when(record.get("startTime" if header else "timestamp"))
         if when is not None:
             self.when = when
-        if looks_gemini_header(record):
+        if header:
             if self.source_id is None:
                 self.source_id = record["sessionId"]
                 self.metadata = {
@@ -165,15 +175,24 @@ class GeminiCli(Converter):
         if rec is None:
             return
         when = parse_when(rec.get("timestamp")) or self.when
+        given = rec.get("id")
+        done = self.stored.get(given) if isinstance(given, str) else None
+        if done is None:
+            done = _Stored()
+            if isinstance(given, str):
+                self.stored[given] = done
         parts: list[Part] = []
-        for thought in rec.get("thoughts") or []:
-            if isinstance(thought, dict):
-                subject, desc = thought.get("subject"), thought.get("description")
-                text = f"**{subject}**\n{desc}" if subject else str(desc or "")
-                parts.append(ReasoningPart(text=text, format="reasoning_content"))
+        thoughts = [t for t in rec.get("thoughts") or [] if isinstance(t, dict)]
+        for thought in thoughts[done.thoughts :]:
+            subject, desc = thought.get("subject"), thought.get("description")
+            text = f"**{subject}**\n{desc}" if subject else str(desc or "")
+            parts.append(ReasoningPart(text=text, format="reasoning_content"))
+        done.thoughts = max(done.thoughts, len(thoughts))
         text = _text(rec)
-        if text:
-            parts.append(TextPart(text=text))
+        if text and text != done.text:
+            grown = done.text and text.startswith(done.text)
+            parts.append(TextPart(text=text[len(done.text) :] if grown else text))
+            done.text = text
         results: list[Part] = []
         for i, call in enumerate(rec.get("toolCalls") or []):
             if not isinstance(call, dict):
@@ -181,16 +200,21 @@ class GeminiCli(Converter):
             call_id = str(call.get("id") or f"{rec.get('id')}-{i}")
             name = str(call.get("name") or "tool")
             args = call.get("args", {})
-            parts.append(
-                ToolCallPart(
-                    id=call_id,
-                    name=name,
-                    arguments=args
-                    if isinstance(args, str)
-                    else json.dumps(args, ensure_ascii=False),
+            if call_id not in done.calls:
+                done.calls.add(call_id)
+                parts.append(
+                    ToolCallPart(
+                        id=call_id,
+                        name=name,
+                        arguments=args
+                        if isinstance(args, str)
+                        else json.dumps(args, ensure_ascii=False),
+                    )
                 )
-            )
+            if call_id in done.results:
+                continue
             if call.get("result") is not None or call.get("status") in ("error", "cancelled"):
+                done.results.add(call_id)
                 output, error = _result(call)
                 results.append(
                     ToolResultPart(
@@ -203,18 +227,20 @@ class GeminiCli(Converter):
                 )
         meta = {k: rec[k] for k in ("id", "tokens") if rec.get(k) is not None}
         model = rec.get("model") if isinstance(rec.get("model"), str) else None
-        reply = self.emit(
-            Message(
-                role="assistant",
-                parts=parts,
-                model=model,
-                provider_metadata={FORMAT: meta},
-                created_at=when,
-            ),
-            first=self.first,
-            held=True,
-        )
-        seqs = [reply.seq]
+        seqs = list(done.seqs)
+        if parts or not done.seqs:
+            reply = self.emit(
+                Message(
+                    role="assistant",
+                    parts=parts,
+                    model=model,
+                    provider_metadata={FORMAT: meta},
+                    created_at=when,
+                ),
+                first=self.first,
+                held=True,
+            )
+            seqs.append(reply.seq)
         if results:
             seqs.append(
                 self.emit(
@@ -223,6 +249,7 @@ class GeminiCli(Converter):
                     held=True,
                 ).seq
             )
+        done.seqs = seqs
         self._sent(rec, seqs)
         held, self.held = self.held, []
         for name, record, hwhen, line in held:
@@ -260,6 +287,7 @@ class GeminiCli(Converter):
             return
         for i in dropped:
             del self.context[i]
+            self.stored.pop(i, None)  # written again, it is a message anew
         first, last = forgotten[0], forgotten[-1]
         item = self.emit(
             Condensation(
@@ -276,6 +304,17 @@ class GeminiCli(Converter):
             )
         )
         self.last_condensation = item.seq
+
+
+@dataclass
+class _Stored:
+    """What the events already emitted hold of one model message."""
+
+    thoughts: int = 0
+    text: str = ""
+    calls: set[str] = field(default_factory=set)
+    results: set[str] = field(default_factory=set)
+    seqs: list[int] = field(default_factory=list)
 
 
 def _text(record: dict[str, Any]) -> str:
