@@ -280,7 +280,7 @@ def _big_head_replay(store: EventStore, policy: CondensationPolicy, turns: int) 
             sid,
             [
                 Message.assistant(f"cat src/mod_{i}.py and run the tests " + "plan " * 30),
-                Message.user(f"ValueError: bad token {i} in src/mod_{i}.py\n" + "line\n" * 50),
+                Message.user(f"ValueError: bad token {i} in src/mod_{i}.py\n" + "line " * 50),
             ],
         )
     return after
