@@ -347,15 +347,22 @@ def summary_room(view: View, forget: int, budget: Budget, ctx: PlanContext) -> i
 
 
 def fit_summary(summary: str | None, room: int, counter: TokenCounter) -> str | None:
-    """``summary`` cut to at most ``room`` tokens (``None`` when not even a line fits).
+    """``summary`` cut to at most ``room`` tokens (``None`` when not even a line fits, and
+    when ``room`` is below 0: what no condensation may drop is over the budget already).
 
-    A view that fits beats a complete summary: the model rejects one that does not. The
+    A view that fits beats a complete summary: the model rejects one that does not. With
+    no room at all the summary is left out too, which brings the view as close to the
+    window as it gets (the budget's buffer and the provider's own count may still let it
+    through); the condensers carry the whole summary on the event (``carried``), so the
+    next one builds on every fact it held. The
     longest section loses its newest lines first, so every heading (and the start of
     every list) survives as long as possible; a line saying the summary was shortened
     ends the result.
     """
-    if not summary or counter.count(summary) <= room or room < 0:
-        return summary  # (below 0 nothing fits, summary or not: keep what it knows)
+    if room < 0:
+        return None
+    if not summary or counter.count(summary) <= room:
+        return summary
     budget = room - counter.count("\n" + SHORTENED)
     if budget < 8:
         return None

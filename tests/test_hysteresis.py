@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from condensers import CondensationPolicy, registry
 from condensers.base import SHORTENED, fit_summary
-from eventstore import EventStore, Message
+from eventstore import Condensation, EventStore, Message, ToolCallPart
 from eventstore.budget import Budget
 from eventstore.tokens import HeuristicTokenCounter
 
@@ -123,7 +123,9 @@ def test_fit_summary_keeps_headings_and_says_it_cut() -> None:
         assert heading in cut
     assert "- ValueError 0" in cut and "- src/f0.py" in cut  # oldest entries survive
     assert fit_summary(summary, 5, counter) is None  # no room for any summary
-    assert fit_summary(summary, -1, counter) == summary  # nothing fits either way
+    # What no condensation may drop is over the budget already: the summary is left out
+    # (the condensers carry it on the event), which brings the view closest to fitting.
+    assert fit_summary(summary, -1, counter) is None
 
 
 def _with_usage(store: EventStore, prompt_tokens: int) -> tuple[str, int]:
@@ -314,3 +316,33 @@ def test_headroom_is_checked() -> None:
 
     with pytest.raises(ConfigurationError, match="headroom"):
         CondensationPolicy(_budget(), headroom=1.0)
+
+
+def test_no_summary_is_shown_when_the_head_and_newest_group_fill_the_budget(
+    store: EventStore,
+) -> None:
+    """The pinned head fits, but with the newest message group it is over the budget: no
+    condensation can make the view fit, and a summary would only push it further over. The
+    summary is left out of the view and carried on the event, for the next one to build on."""
+    budget = Budget(4096, 512, 205)  # 3,379 available
+    sid = store.create_session().id
+    store.append(sid, [Message.system("Follow the rules. " * 400), Message.user("Fix it.")])
+    for i in range(6):
+        call = ToolCallPart(id=f"c{i}", name="bash", arguments=f'{{"cmd": "cat src/m{i}.py"}}')
+        store.append(
+            sid,
+            [
+                Message.assistant(f"Reading src/m{i}.py", [call]),
+                Message.tool(call.id, f"ValueError in src/m{i}.py line {i}\n" + "ok " * 40),
+            ],
+        )
+    big = ToolCallPart(id="big", name="write", arguments='{"text": "' + "a line " * 900 + '"}')
+    store.append(sid, [Message.assistant("Writing the fix.", [big]), Message.tool("big", "done")])
+    policy = CondensationPolicy(budget, token_counter=store.token_counter)
+    out = policy.maybe_condense(store, sid)
+    assert out.condensed and not out.fits
+    view = store.view(sid)
+    assert view.summary is None and view.tokens > budget.available
+    cond = view.condensation.event if view.condensation is not None else None
+    assert isinstance(cond, Condensation) and cond.summary is None
+    assert cond.carried is not None and "src/m0.py" in cond.carried  # no fact is lost
