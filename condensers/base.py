@@ -346,21 +346,26 @@ def summary_room(view: View, forget: int, budget: Budget, ctx: PlanContext) -> i
     return min(room, conversation - ctx.headroom)
 
 
-def fit_summary(summary: str | None, room: int, counter: TokenCounter) -> str | None:
-    """``summary`` cut to at most ``room`` tokens (``None`` when not even a line fits, and
-    when ``room`` is below 0: what no condensation may drop is over the budget already).
+def fit_summary(
+    summary: str | None, room: int, counter: TokenCounter, *, slack: int = 0
+) -> str | None:
+    """``summary`` cut to at most ``room`` tokens (``None`` when not even a line fits).
 
-    A view that fits beats a complete summary: the model rejects one that does not. With
-    no room at all the summary is left out too, which brings the view as close to the
-    window as it gets (the budget's buffer and the provider's own count may still let it
-    through); the condensers carry the whole summary on the event (``carried``), so the
-    next one builds on every fact it held. The
+    A view that fits beats a complete summary: the model rejects one that does not. The
     longest section loses its newest lines first, so every heading (and the start of
     every list) survives as long as possible; a line saying the summary was shortened
     ends the result.
+
+    A ``room`` below 0 means what no condensation may drop (the pinned head, the newest
+    group) is over the budget by itself. Within ``slack`` of it (pass the budget's
+    buffer: the view is then still inside the model's window) the summary is left out,
+    which is what lets the view through; further over, the view is over the window
+    whatever is shown, and the summary is kept (it is what the view knows). Either way
+    the condensers carry the whole summary on the event (``carried``), so the next one
+    builds on every fact it held.
     """
     if room < 0:
-        return None
+        return None if room >= -slack else summary
     if not summary or counter.count(summary) <= room:
         return summary
     budget = room - counter.count("\n" + SHORTENED)
