@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 from eventstore.events import Condensation, Prune, ToolCallPart, ToolResultPart
-from eventstore.tokens import MESSAGE_OVERHEAD, HeuristicTokenCounter, TokenCounter
+from eventstore.tokens import MESSAGE_OVERHEAD, TokenCounter, default_token_counter
 
 if TYPE_CHECKING:
     from eventstore.budget import Budget
@@ -81,7 +81,7 @@ class PlanContext:
     target_tokens: int | None = None
     focus: str | None = None
     request_seq: int | None = None
-    token_counter: TokenCounter = field(default_factory=HeuristicTokenCounter)
+    token_counter: TokenCounter = field(default_factory=default_token_counter)
     force: bool = False
     min_gain: float = 0.0
     intake: bool = False
@@ -346,16 +346,28 @@ def summary_room(view: View, forget: int, budget: Budget, ctx: PlanContext) -> i
     return min(room, conversation - ctx.headroom)
 
 
-def fit_summary(summary: str | None, room: int, counter: TokenCounter) -> str | None:
+def fit_summary(
+    summary: str | None, room: int, counter: TokenCounter, *, slack: int = 0
+) -> str | None:
     """``summary`` cut to at most ``room`` tokens (``None`` when not even a line fits).
 
     A view that fits beats a complete summary: the model rejects one that does not. The
     longest section loses its newest lines first, so every heading (and the start of
     every list) survives as long as possible; a line saying the summary was shortened
     ends the result.
+
+    A ``room`` below 0 means what no condensation may drop (the pinned head, the newest
+    group) is over the budget by itself. Within ``slack`` of it (pass the budget's
+    buffer: the view is then still inside the model's window) the summary is left out,
+    which is what lets the view through; further over, the view is over the window
+    whatever is shown, and the summary is kept (it is what the view knows). Either way
+    the condensers carry the whole summary on the event (``carried``), so the next one
+    builds on every fact it held.
     """
-    if not summary or counter.count(summary) <= room or room < 0:
-        return summary  # (below 0 nothing fits, summary or not: keep what it knows)
+    if room < 0:
+        return None if room >= -slack else summary
+    if not summary or counter.count(summary) <= room:
+        return summary
     budget = room - counter.count("\n" + SHORTENED)
     if budget < 8:
         return None

@@ -447,8 +447,7 @@ class ResultTruncator:
             # One prune carries one keep_chars: when the room is smaller than the budget
             # share, every result this prune cuts keeps the smaller size.
             keep = fresh_keep
-        targets: list[PartRef] = []
-        freed = 0
+        found: list[tuple[PartRef, str, int]] = []
         for item in view.items:
             is_unseen = item.seq in unseen
             if ctx.intake and not is_unseen:
@@ -457,13 +456,22 @@ class ResultTruncator:
                 tokens = item.part_tokens[idx]
                 over = tokens > limit and not ctx.intake
                 over_fresh = is_unseen and fresh is not None and tokens > fresh
-                if not (over or over_fresh) or keep >= len(part.output):
-                    continue
-                ref = PartRef(seq=item.seq, index=idx)
-                gain = tokens - ctx.token_counter.count(truncated_text(ref, part.output, keep))
-                if gain > 0:
-                    targets.append(ref)
-                    freed += gain
+                if over or over_fresh:
+                    found.append((PartRef(seq=item.seq, index=idx), part.output, tokens))
+        # keep is four characters a token; text the counter finds denser (numbers, code,
+        # encoded data) keeps fewer, so that the cut holds by the stored count too.
+        dense = min((len(text) / tokens for _, text, tokens in found if tokens), default=4.0)
+        if dense < 4:
+            keep = max(int(keep * dense / 4), 64)
+        targets: list[PartRef] = []
+        freed = 0
+        for ref, text, tokens in found:
+            if keep >= len(text):
+                continue
+            gain = tokens - ctx.token_counter.count(truncated_text(ref, text, keep))
+            if gain > 0:
+                targets.append(ref)
+                freed += gain
         if not targets:
             return None
         proposal = _prune_proposal(self.name, self.settings(), view, targets, freed, ctx, started)

@@ -307,7 +307,9 @@ class WindowCondenser:
             # Only leaving the summary out makes the view fit: carry it to the next one.
             summary = None
         else:
-            summary = fit_summary(_carry(shown_base, total, self.note), room, ctx.token_counter)
+            summary = fit_summary(
+                _carry(shown_base, total, self.note), room, ctx.token_counter, slack=budget.buffer
+            )
         extra = {"carried": whole} if summary != whole else {}
         return self._proposal(view, forget, summary, settings, ctx, started, extra)
 

@@ -50,7 +50,12 @@ if TYPE_CHECKING:
     from .models import ModelInfo, UnknownModelWarning
     from .records import AppendResult, Session, StoredEvent, TailItem, VerifyReport
     from .store import AsyncEventStore, EventStore, calibrated_tokens, record_llm_call
-    from .tokens import HeuristicTokenCounter, LiteLLMTokenCounter, TokenCounter
+    from .tokens import (
+        BoundedTokenCounter,
+        HeuristicTokenCounter,
+        LiteLLMTokenCounter,
+        TokenCounter,
+    )
     from .views import View, ViewItem, ViewOptions, fingerprint
 
 # Public names are loaded on first use, so that importing a submodule (the command line,
@@ -72,6 +77,7 @@ _LAZY: dict[str, str] = {
     "EventStore": "store",
     "EventStoreError": "errors",
     "FilePart": "events",
+    "BoundedTokenCounter": "tokens",
     "HeuristicTokenCounter": "tokens",
     "IdempotencyError": "errors",
     "IdempotencyMismatchError": "errors",
@@ -133,6 +139,7 @@ __all__ = [
     "EventStore",
     "EventStoreError",
     "FilePart",
+    "BoundedTokenCounter",
     "HeuristicTokenCounter",
     "IdempotencyError",
     "IdempotencyMismatchError",

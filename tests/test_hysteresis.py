@@ -7,9 +7,14 @@ could fit over the budget.
 
 from __future__ import annotations
 
+import json
+
+import pytest
+
 from condensers import CondensationPolicy, registry
 from condensers.base import SHORTENED, fit_summary
-from eventstore import EventStore, Message
+from condensers.policy import floor_tokens
+from eventstore import Condensation, EventStore, Message, ToolCallPart
 from eventstore.budget import Budget
 from eventstore.tokens import HeuristicTokenCounter
 
@@ -123,7 +128,12 @@ def test_fit_summary_keeps_headings_and_says_it_cut() -> None:
         assert heading in cut
     assert "- ValueError 0" in cut and "- src/f0.py" in cut  # oldest entries survive
     assert fit_summary(summary, 5, counter) is None  # no room for any summary
-    assert fit_summary(summary, -1, counter) == summary  # nothing fits either way
+    # What no condensation may drop is over the budget by itself: within the slack (the
+    # budget's buffer) leaving the summary out lets the view through; further over,
+    # nothing does, and the summary is what the view knows.
+    assert fit_summary(summary, -50, counter, slack=200) is None
+    assert fit_summary(summary, -250, counter, slack=200) == summary
+    assert fit_summary(summary, -1, counter) == summary
 
 
 def _with_usage(store: EventStore, prompt_tokens: int) -> tuple[str, int]:
@@ -280,7 +290,7 @@ def _big_head_replay(store: EventStore, policy: CondensationPolicy, turns: int) 
             sid,
             [
                 Message.assistant(f"cat src/mod_{i}.py and run the tests " + "plan " * 30),
-                Message.user(f"ValueError: bad token {i} in src/mod_{i}.py\n" + "line\n" * 50),
+                Message.user(f"ValueError: bad token {i} in src/mod_{i}.py\n" + "line " * 50),
             ],
         )
     return after
@@ -314,3 +324,44 @@ def test_headroom_is_checked() -> None:
 
     with pytest.raises(ConfigurationError, match="headroom"):
         CondensationPolicy(_budget(), headroom=1.0)
+
+
+@pytest.mark.parametrize(("repeats", "shown"), [(365, False), (600, True)])
+def test_a_summary_is_left_out_when_that_lets_the_view_through(
+    store: EventStore, repeats: int, shown: bool
+) -> None:
+    """The pinned head fits, but with the newest message group it is over the budget: no
+    condensation can make the view fit the budget. Within the budget's buffer (inside the
+    model's window) the summary is left out, which lets the view through; further over,
+    nothing does, and the summary stays. Either way it is carried on the event."""
+    budget = Budget(4096, 512, 205)  # 3,379 available, 3,584 of window after the reply
+    sid = store.create_session().id
+    store.append(sid, [Message.system("Follow the rules. " * 400), Message.user("Fix it.")])
+    for i in range(6):
+        call = ToolCallPart(id=f"c{i}", name="bash", arguments=f'{{"cmd": "cat src/m{i}.py"}}')
+        store.append(
+            sid,
+            [
+                Message.assistant(f"Reading src/m{i}.py", [call]),
+                Message.tool(call.id, f"ValueError in src/m{i}.py line {i}\n" + "ok " * 40),
+            ],
+        )
+    text = "Follow the rules. " * repeats
+    big = ToolCallPart(id="big", name="write", arguments=json.dumps({"text": text}))
+    store.append(sid, [Message.assistant("Writing the fix.", [big]), Message.tool("big", "done")])
+    floor = floor_tokens(store.view(sid))
+    if shown:
+        assert floor > budget.available + budget.buffer
+    else:
+        assert budget.available < floor <= budget.available + budget.buffer
+    policy = CondensationPolicy(budget, token_counter=store.token_counter)
+    out = policy.maybe_condense(store, sid)
+    assert out.condensed and not out.fits
+    view = store.view(sid)
+    assert (view.summary is not None) == shown
+    if not shown:  # what no condensation may drop, nothing more: inside the window
+        assert view.tokens == floor <= budget.available + budget.buffer
+    cond = view.condensation.event if view.condensation is not None else None
+    assert isinstance(cond, Condensation)
+    whole = cond.carried or cond.summary
+    assert whole is not None and "src/m0.py" in whole  # no fact is lost

@@ -99,7 +99,7 @@ def test_a_long_pinned_head_clamps_to_the_window_it_leaves(store: EventStore) ->
     assert ToolOutputPruner().thresholds(small) == (1_013, 168)
     assert ToolOutputPruner().thresholds(LARGE, pinned=10_000) == (40_000, 20_000)
     sid = store.create_session().id
-    head = [Message.system("Rules. " * 1_370), Message.user("Fix the failing test.")]
+    head = [Message.system("Follow the rules. " * 533), Message.user("Fix the failing test.")]
     steps = []
     for i in range(4):
         steps.append(Message.assistant(f"step {i}", tool_calls=[call(f"c{i}")]))

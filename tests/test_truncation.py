@@ -95,13 +95,13 @@ def test_an_unseen_result_is_capped_on_a_check_under_the_threshold(store: EventS
     """A result the model has not been sent yet, larger than 15% of the room the head
     leaves, is cut before it is first sent: the next turn still extends the previous one."""
     sid = store.create_session().id
-    head = "You fix bugs. " + "Rules. " * 1_500  # about 2,600 tokens of a 6,800 budget
+    head = "You fix bugs. " + "Follow the rules. " * 583  # about 2,600 tokens of 6,800
     store.append(sid, [Message.system(head), Message.user("Fix parser.py.")])
     policy = CondensationPolicy(BUDGET, token_counter=store.token_counter)
     _observe(store, sid, 0, "ok\n" * 50)
     assert not policy.maybe_condense(store, sid).condensed  # small: left alone
     sent = store.view(sid).to_messages()
-    log = "".join(f"{i:4d} test_{i} PASSED\n" for i in range(500))
+    log = "".join(f"{i:4d} test_{i} PASSED\n" for i in range(400))
     _observe(store, sid, 1, log)
     view = store.view(sid)
     room = BUDGET.available - sum(i.tokens for i in view.items if i.pinned)
@@ -115,7 +115,7 @@ def test_an_unseen_result_is_capped_on_a_check_under_the_threshold(store: EventS
     messages = after.to_messages()
     assert messages[: len(sent)] == sent  # the cached prefix is untouched
     shown = messages[-1]["content"]
-    assert shown.startswith("   0 test_0 PASSED") and "499 test_499 PASSED" in shown
+    assert shown.startswith("   0 test_0 PASSED") and "399 test_399 PASSED" in shown
     ref = PartRef(seq=newest.seq, index=0)
     assert f'recall(ref="{ref.seq}:0")' in shown
     assert store.original(sid, ref).output == log  # reversible

@@ -41,7 +41,9 @@ def _session(store: EventStore, turns: int = 30, size: int = 1_500) -> str:
     for i in range(turns):
         call = ToolCallPart(id=f"c{i}", name="bash", arguments=json.dumps({"cmd": f"cat f{i}.py"}))
         batch.append(Message.assistant(f"Reading f{i}.py", [call]))
-        batch.append(Message.tool(call.id, f"# f{i}.py\n" + f"line {i}\n" * (size // 7)))
+        # Prose-like lines: about the same count by characters and by the tokenizer.
+        body = "the parser reads this line\n" * (size // 27)
+        batch.append(Message.tool(call.id, f"# f{i}.py\n{body}"))
     store.append(sid, batch)
     return sid
 

@@ -147,7 +147,8 @@ class SummarizingCondenser:
         )
         if files:
             result.text = f"{result.text.rstrip()}\n\n{files}"
-        text = fit_summary(result.text, summary_room(view, forget, budget, ctx), ctx.token_counter)
+        room = summary_room(view, forget, budget, ctx)
+        text = fit_summary(result.text, room, ctx.token_counter, slack=budget.buffer)
         whole = result.text
         if isinstance(used, ExtractiveSummarizer):
             # Sized down to the room, the lists lose entries: the next summary builds on
