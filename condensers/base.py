@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 from eventstore.events import Condensation, Prune, ToolCallPart, ToolResultPart
-from eventstore.tokens import MESSAGE_OVERHEAD, TokenCounter, default_token_counter
+from eventstore.tokens import MESSAGE_OVERHEAD, HeuristicTokenCounter, TokenCounter
 
 if TYPE_CHECKING:
     from eventstore.budget import Budget
@@ -81,7 +81,7 @@ class PlanContext:
     target_tokens: int | None = None
     focus: str | None = None
     request_seq: int | None = None
-    token_counter: TokenCounter = field(default_factory=default_token_counter)
+    token_counter: TokenCounter = field(default_factory=HeuristicTokenCounter)
     force: bool = False
     min_gain: float = 0.0
     intake: bool = False

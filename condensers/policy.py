@@ -67,12 +67,7 @@ from typing import TYPE_CHECKING, Any
 from eventstore import llm
 from eventstore.errors import ConfigurationError, ConflictError
 from eventstore.events import CondensationRequest, Custom, Event, LLMCall, Message
-from eventstore.tokens import (
-    TiktokenCounter,
-    TokenCounter,
-    default_token_counter,
-    message_tokens,
-)
+from eventstore.tokens import HeuristicTokenCounter, TiktokenCounter, TokenCounter, message_tokens
 from eventstore.views import llm_call_events
 
 from ._io import Complete, Routine, adrive, append, drive, read_view
@@ -259,7 +254,7 @@ class CondensationPolicy:
         self.max_failures = max_failures
         self.retry_after_events = retry_after_events
         self.options = options
-        self.token_counter = token_counter or default_token_counter()
+        self.token_counter = token_counter or HeuristicTokenCounter()
         self.use_usage = use_usage
         self._real_counter = real_counter
         self._seen: dict[str, Breaker] = {}  # the newest state read, for is_open only

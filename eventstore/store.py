@@ -75,7 +75,7 @@ from .errors import (
 from .events import Condensation, Event, LLMCall, Message, Part, PartRef
 from .migrate import ensure_schema
 from .records import AppendResult, Session, StoredEvent, VerifyReport
-from .tokens import TokenCounter, default_token_counter
+from .tokens import HeuristicTokenCounter, TokenCounter
 from .verify import ChainCheck, seal_event
 from .views import View, ViewOptions, assemble, calibrate, calibration_floor, llm_call_events
 
@@ -102,9 +102,9 @@ class EventStore(
     Args:
         url: Database URL; defaults to ``EVENTSTORE_URL`` or ``sqlite:///eventstore.db``.
         tenant: The tenant every call is scoped to.
-        token_counter: Counts part tokens at append time (default:
-            :func:`~eventstore.tokens.default_token_counter`, the larger of four characters a
-            token and tiktoken ``cl100k_base``).
+        token_counter: Counts part tokens at append time (default: four characters a
+            token; :func:`~eventstore.tokens.bounded_token_counter` bounds that by tiktoken
+            ``cl100k_base``, at a tokenizer pass over every appended text).
         max_event_bytes: Largest stored payload of a single event (attachments included).
         blob_threshold: Attachments of this many bytes or more are stored once per tenant
             by content hash and named by reference in the payload (``None``: always
@@ -193,7 +193,7 @@ class EventStore(
                 )
         self._timeouts = Timeouts(busy_timeout_ms, lock_timeout_ms)
         self.tenant = tenant
-        self.token_counter: TokenCounter = token_counter or default_token_counter()
+        self.token_counter: TokenCounter = token_counter or HeuristicTokenCounter()
         self.max_event_bytes = max_event_bytes
         bad = not isinstance(blob_threshold, int) or isinstance(blob_threshold, bool)
         if blob_threshold is not None and (bad or blob_threshold < 1):

@@ -1,12 +1,13 @@
 """Token counting.
 
 Counts are computed once, per part, when an event is appended, and stored; a view's total
-is then a sum, never a re-tokenization. The default counter (:func:`default_token_counter`,
-a :class:`BoundedTokenCounter`) counts each text as the larger of four characters a token
-and tiktoken ``cl100k_base``, so that a view that fits by the stored counts also fits by
-the tokenizer most providers' counts are close to; :class:`HeuristicTokenCounter` is the
-character rule alone (it costs nothing, and runs low on code and encoded data), and
-:class:`LiteLLMTokenCounter` uses litellm's offline tokenizers for a given model.
+is then a sum, never a re-tokenization. The default counter, :class:`HeuristicTokenCounter`,
+is the four-characters-a-token rule: it costs nothing, and runs low on code and encoded
+data. :class:`BoundedTokenCounter` (one per process: :func:`bounded_token_counter`) counts
+each text as the larger of that rule and tiktoken ``cl100k_base``, so that a view that
+fits by the stored counts also fits by the tokenizer most providers' counts are close to,
+at the price of a tokenizer pass over every appended text; :class:`LiteLLMTokenCounter`
+uses litellm's offline tokenizers for a given model.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ __all__ = [
     "LiteLLMTokenCounter",
     "TiktokenCounter",
     "BoundedTokenCounter",
-    "default_token_counter",
+    "bounded_token_counter",
     "FALLBACK_CHARS_PER_TOKEN",
     "message_tokens",
     "part_text",
@@ -151,8 +152,8 @@ FALLBACK_CHARS_PER_TOKEN = 3.0
 
 
 class BoundedTokenCounter:
-    """The default counter: each text counts as the larger of ``ceil(chars / 4)`` and its
-    tiktoken ``cl100k_base`` count.
+    """Each text counts as the larger of ``ceil(chars / 4)`` and its tiktoken
+    ``cl100k_base`` count: ``EventStore(token_counter=bounded_token_counter())``.
 
     The character estimate alone runs low where providers count more: by 10-25% on code
     and listings, and up to six times on encoded data (base64, hashes, binary dumps read
@@ -162,8 +163,11 @@ class BoundedTokenCounter:
     tokens under its cl100k count (message framing and the joins between parts), far
     inside any budget's safety buffer. Other providers' tokenizers differ from cl100k by
     a few percent, which is what :attr:`~eventstore.budget.Budget.buffer` is for. Counting
-    costs a tokenizer pass over each new text, once, when it is appended (about 2% of the
-    benchmark's replay time); short texts (placeholders, notes) are cached.
+    costs a tokenizer pass over each new text, once, when it is appended: about 2% of the
+    quality benchmark's replay time, but about 60 microseconds a kilobyte of text, which
+    took a transcript import from about 10,900 events per CPU second to about 3,700, and
+    is more than the rest of a single append of a kilobyte costs. Short texts
+    (placeholders, notes) are cached.
 
     When tiktoken or the encoding's data cannot be read (litellm ships both), it counts
     ``ceil(chars / 3)`` (:data:`FALLBACK_CHARS_PER_TOKEN`): a third more than the usual
@@ -203,16 +207,16 @@ class BoundedTokenCounter:
         return n
 
 
-_DEFAULT: BoundedTokenCounter | None = None
+_BOUNDED: BoundedTokenCounter | None = None
 
 
-def default_token_counter() -> BoundedTokenCounter:
-    """The counter the store and the condensers use when given none: one
-    :class:`BoundedTokenCounter` per process (the encoding is loaded once, on first use)."""
-    global _DEFAULT
-    if _DEFAULT is None:
-        _DEFAULT = BoundedTokenCounter()
-    return _DEFAULT
+def bounded_token_counter() -> BoundedTokenCounter:
+    """One :class:`BoundedTokenCounter` per process (the encoding is loaded once, on first
+    use), to give the store and the condensation policy alike."""
+    global _BOUNDED
+    if _BOUNDED is None:
+        _BOUNDED = BoundedTokenCounter()
+    return _BOUNDED
 
 
 def message_tokens(messages: list[dict[str, object]], counter: TokenCounter) -> int:

@@ -1,4 +1,4 @@
-"""Counting that cannot overflow: the default counter stores counts at or above the
+"""Counting that cannot overflow: the bounded counter stores counts at or above the
 tokenizer's, and a view a cheaper estimate puts under the budget but a real tokenizer does
 not is condensed before it is sent."""
 
@@ -17,7 +17,7 @@ from eventstore.tokens import (
     FALLBACK_CHARS_PER_TOKEN,
     BoundedTokenCounter,
     TiktokenCounter,
-    default_token_counter,
+    bounded_token_counter,
     message_tokens,
 )
 
@@ -44,8 +44,8 @@ def test_a_view_that_fits_by_estimate_but_not_by_tokenizer_is_condensed(
     counter = TiktokenCounter.load()
     if counter is None:
         pytest.skip("tiktoken's cl100k_base is not readable offline here")
-    # A store given the character estimate alone (the default counter would not let the
-    # view look small): the policy's own check is what guards it.
+    # A store with the character estimate alone (the default; the bounded counter would
+    # not let the view look small): the policy's own check is what guards it.
     store = EventStore(db_url, token_counter=HeuristicTokenCounter(), upgrade=True)
     try:
         _condenses_what_the_estimate_lets_through(store, counter)
@@ -85,12 +85,12 @@ def test_tiktoken_counter_counts_like_the_encoding() -> None:
     assert message_tokens(messages, counter) == 2 + 4
 
 
-def test_default_counter_is_the_larger_of_estimate_and_tokenizer() -> None:
+def test_bounded_counter_is_the_larger_of_estimate_and_tokenizer() -> None:
     real = TiktokenCounter.load()
     if real is None:
         pytest.skip("tiktoken's cl100k_base is not readable offline here")
-    counter = default_token_counter()
-    assert counter is default_token_counter()  # one per process: the encoding loads once
+    counter = bounded_token_counter()
+    assert counter is bounded_token_counter()  # one per process: the encoding loads once
     assert isinstance(counter, BoundedTokenCounter) and counter.exact
     estimate = HeuristicTokenCounter()
     prose = "The quick brown fox jumps over the lazy dog. " * 20
@@ -104,12 +104,16 @@ def test_default_counter_is_the_larger_of_estimate_and_tokenizer() -> None:
     assert counter.count(blob) == real.count(blob) > estimate.count(blob) * 3 // 2
 
 
-def test_default_store_counts_at_or_above_the_tokenizer(store: EventStore) -> None:
+def test_a_bounded_store_counts_at_or_above_the_tokenizer(db_url: str) -> None:
     real = TiktokenCounter.load()
     if real is None:
         pytest.skip("tiktoken's cl100k_base is not readable offline here")
-    sid = _dense_session(store)
-    view = store.view(sid)
+    store = EventStore(db_url, token_counter=bounded_token_counter(), upgrade=True)
+    try:
+        sid = _dense_session(store)
+        view = store.view(sid)
+    finally:
+        store.close()
     # The encoded tool output the estimate puts at a quarter of its characters is stored
     # at its tokenizer count: a view that fits by the stored counts fits the window.
     assert view.tokens >= message_tokens(view.to_messages(), real)

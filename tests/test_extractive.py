@@ -10,7 +10,7 @@ import json
 from condensers import ExtractiveSummarizer
 from condensers.summarizing.template import HEADINGS
 from eventstore import EventStore, Message, ToolCallPart
-from eventstore.tokens import default_token_counter
+from eventstore.tokens import HeuristicTokenCounter
 
 TRACEBACK = """Traceback (most recent call last):
   File "/repo/src/ledger/io.py", line 12, in load
@@ -297,7 +297,7 @@ def test_an_inventory_over_its_limit_fills_the_room_and_names_what_it_left_out(
     summarizer = ExtractiveSummarizer()
     events = _events(store, sid)
     whole = summarizer.summarize(None, events).text
-    counter = default_token_counter()  # what the summary is sized with when given none
+    counter = HeuristicTokenCounter()  # what the summary is sized with when given none
     limit = counter.count(whole) // 2
     summary = summarizer.summarize(None, events, limit_tokens=limit).text
     used = counter.count(summary)

@@ -18,7 +18,7 @@ from typing import Any
 
 from eventstore.events import Message, ToolCallPart, ToolResultPart
 from eventstore.records import StoredEvent
-from eventstore.tokens import TokenCounter, default_token_counter
+from eventstore.tokens import HeuristicTokenCounter, TokenCounter
 
 from .protocol import SummaryResult
 from .template import HEADINGS, clip
@@ -441,7 +441,7 @@ class ExtractiveSummarizer:
         get the largest share of their caps that fits (their floor: three entries each,
         and a count of the rest with the way to find it)."""
         started = time.perf_counter()
-        counter = token_counter or default_token_counter()
+        counter = token_counter or HeuristicTokenCounter()
         caps = _Caps(
             self.request_chars,
             self.max_requests,
