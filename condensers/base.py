@@ -75,6 +75,10 @@ class PlanContext:
         condensing: The view is over the threshold and the run rewrites the prompt
             prefix anyway: :class:`~condensers.ToolOutputPruner` compacts every old
             output it may, whatever its minimum, in the same append.
+        keep_tokens: In a condensing run, the tokens of newest unpinned messages the
+            pipeline's summary step keeps (set by :meth:`~condensers.Pipeline.plan_all`):
+            older outputs are forgotten by the summary, so the pruner's token protection
+            does not reach past them (only its newest steps stay protected).
     """
 
     trigger: Trigger = "threshold"
@@ -88,6 +92,7 @@ class PlanContext:
     headroom: int = 0
     batch: bool = False
     condensing: bool = False
+    keep_tokens: int | None = None
 
     def target(self, budget: Budget, fraction: float = 0.5) -> int:
         """The target in tokens: explicit, or ``fraction`` of the budget."""

@@ -179,7 +179,12 @@ class Pipeline:
         """
         target = ctx.target(budget, self.target_fraction)
         planned = Planned(view=view)
-        for step in steps or self.steps:
+        steps = steps or self.steps
+        if ctx.condensing and ctx.keep_tokens is None:
+            summary = next((s for s in steps if isinstance(s, SummarizingCondenser)), None)
+            if summary is not None:
+                ctx = replace(ctx, keep_tokens=max(summary.keep_tokens(view, budget, ctx), 0))
+        for step in steps:
             current = planned.view
             if not ctx.force and current.tokens <= target:
                 break

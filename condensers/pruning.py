@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from eventstore.errors import ConfigurationError
@@ -144,7 +144,12 @@ class ToolOutputPruner:
             prune rewrites the prompt prefix by itself, so it waits until it frees a
             batch rather than nibbling every turn. In a run that condenses anyway
             (``ctx.condensing``) the minimum does not apply: the prompt is rewritten
-            once for both.
+            once for both. There the token protection also ends where the summary's cut
+            does (``ctx.keep_tokens``): protecting more would only keep outputs from
+            the pruner for the summary to forget, and in a small window, where every
+            condensation keeps little more than the newest steps, no output would ever
+            be compacted, however long the run. The newest ``protect_steps`` stay
+            protected.
     """
 
     name = "prune_tool_outputs"
@@ -228,20 +233,26 @@ class ToolOutputPruner:
             minimum = self.batch_minimum(budget, pinned)
         elif ctx.condensing:
             minimum = 1  # the run rewrites the prompt anyway: prune all that is old
+        # In a condensing run, token protection ends where the summary's cut does.
+        tail_room = ctx.keep_tokens if ctx.condensing and ctx.keep_tokens is not None else None
         kept_from = _newest_steps_start(view, self.protect_steps)
         seen = 0
+        tail = 0
         prunable = 0
         targets: list[PartRef] = []
         freed = 0
         for item in reversed(view.items):
             if item.pinned:
                 continue
+            tail += item.tokens
+            kept = tail_room is None or tail <= tail_room
             for idx, part in _candidates(item, frozenset(), _PRUNABLE, truncated=True):
                 if self.is_protected(part.name):
                     continue
                 shown = _shown_tokens(view, ctx, item, idx)
                 estimate = min(shown, self.max_part_tokens)
-                if item.seq >= kept_from or seen < protect or shown < self.min_output_tokens:
+                guarded = seen < protect and kept
+                if item.seq >= kept_from or guarded or shown < self.min_output_tokens:
                     seen += estimate
                     continue
                 ref = PartRef(seq=item.seq, index=idx)
@@ -363,15 +374,18 @@ class ResultTruncator:
     original stays in the log. It runs before anything lossier.
 
     Results the model has not seen yet (those after the view's newest assistant message)
-    are also held to ``fresh_fraction`` of the *conversation room*: the available tokens
-    minus the pinned head and the summary. Truncating a result before it is first sent
-    costs no prompt-cache break, and one large observation no longer fills a small room by
-    itself, which would force a condensation (and a break) on the very next turn. The
-    default, 15%, follows from the break rate: a condensation frees the room once, and it
-    lasts as many turns as new groups (assistant message plus its results) fit in it, so
-    one break in five turns needs a group to take at most about a fifth of the room. A
-    :class:`~condensers.CondensationPolicy` applies this cap on every check, even when
-    nothing else needs doing.
+    are also held, together, to ``fresh_fraction`` of the *conversation room*: the
+    available tokens minus the pinned head and the summary (results of parallel calls
+    share it: the small ones keep what they have and the large ones split the rest, see
+    :func:`shared_cap`). Truncating a result before it is first sent costs no prompt-cache
+    break, and one turn's output no longer fills a small room by itself, which would force
+    a condensation (and a break) on the very next turn. The default, 8%, follows from the
+    break rate: a condensation frees the room once, and it lasts as many turns as new
+    groups (assistant message plus its results) fit in it, so one break in five turns needs
+    a group to take at most about a fifth of the room; the assistant messages alone took
+    about 70% of the growth per turn over the benchmark's tuning runs, which leaves the
+    results a few percent. A :class:`~condensers.CondensationPolicy` applies this cap on
+    every check, even when nothing else needs doing.
 
     Args:
         max_fraction: A result over this fraction of the budget's available tokens is
@@ -380,8 +394,8 @@ class ResultTruncator:
         min_tokens: Results under this many tokens are never truncated by the
             ``max_fraction`` rule, whatever the budget.
         protected_tools: Tool names whose results are never truncated.
-        fresh_fraction: Largest share of the conversation room an unseen result may take
-            (``None``: no cap on unseen results).
+        fresh_fraction: Largest share of the conversation room the unseen results may
+            take together (``None``: no cap on unseen results).
         fresh_min_tokens: Unseen results under this many tokens are never truncated.
     """
 
@@ -394,7 +408,7 @@ class ResultTruncator:
         keep_fraction: float = 0.1,
         min_tokens: int = 500,
         protected_tools: Iterable[str] = (),
-        fresh_fraction: float | None = 0.15,
+        fresh_fraction: float | None = 0.08,
         fresh_min_tokens: int = 64,
     ) -> None:
         if not 0 < keep_fraction < max_fraction <= 1:
@@ -426,7 +440,7 @@ class ResultTruncator:
         }
 
     def fresh_limit(self, view: View, budget: Budget) -> int | None:
-        """Tokens an unseen result may take in ``view`` (``None``: no cap)."""
+        """Tokens the unseen results of ``view`` may take together (``None``: no cap)."""
         if self.fresh_fraction is None:
             return None
         pinned = sum(i.tokens for i in view.items if i.pinned)
@@ -442,6 +456,14 @@ class ResultTruncator:
         keep = max(budget.fraction(self.keep_fraction) * 4, 64)
         fresh = self.fresh_limit(view, budget)
         unseen = unseen_seqs(view) if fresh is not None else set()
+        if fresh is not None and unseen:
+            sizes = [
+                item.part_tokens[idx]
+                for item in view.items
+                if item.seq in unseen
+                for idx, _ in _candidates(item, self.protected_tools, _PRUNABLE)
+            ]
+            fresh = max(shared_cap(sizes, fresh), self.fresh_min_tokens)
         fresh_keep = max((fresh or 0) * 4, 64)
         if unseen and fresh is not None and fresh_keep < keep:
             # One prune carries one keep_chars: when the room is smaller than the budget
@@ -481,6 +503,19 @@ class ResultTruncator:
         if ctx.intake:
             evt.trigger = "intake"  # the log says it capped unseen results, not a threshold
         return proposal
+
+
+def shared_cap(sizes: Sequence[int], total: int) -> int:
+    """The largest size each of ``sizes`` may keep so that together they take at most
+    ``total``: sizes under an equal share keep what they have, and what they leave is
+    shared among the larger ones (``total`` when they fit as they are)."""
+    left, n = total, len(sizes)
+    for size in sorted(sizes):
+        if size * n > left:
+            return left // n
+        left -= size
+        n -= 1
+    return total
 
 
 def unseen_seqs(view: View) -> set[int]:

@@ -378,4 +378,37 @@ def test_a_condensation_carries_every_old_output_in_the_same_append(store: Event
     first = out.steps[0].seq
     assert [s.seq for s in out.steps] == list(range(first, first + len(kinds)))
     prune = next(iter(store.read(sid, kinds=["prune"]))).event
-    assert isinstance(prune, Prune) and [r.seq for r in prune.targets] == [4]  # c0's result
+    # c0-c3's results: the summary keeps about one step here, so the token protection
+    # ends there and only the newest two steps stay protected.
+    assert isinstance(prune, Prune) and [r.seq for r in prune.targets] == [4, 6, 8, 10]
+
+
+def test_a_condensing_run_protects_no_more_than_its_target_keeps(store: EventStore) -> None:
+    """A pinned head that takes the whole target at 4k: the condensation keeps the newest
+    step and forgets the rest, so the pruner's token protection (30% of the room) would
+    only shield outputs from the pruner for the summary to forget. The condensing run
+    compacts every output older than the newest two steps; a pass between condensations
+    still protects by tokens too."""
+    budget = Budget(4096, 512, 205)  # 3,379 available, target 1,689
+    pruner = ToolOutputPruner()
+    sid = store.create_session().id
+    head = [Message.system("You are a coding agent. " * 300), Message.user("Fix the test.")]
+    evs = list(head)
+    for i in range(5):
+        evs.append(Message.assistant("plan " * 300 + f"step {i}", tool_calls=[call(f"c{i}")]))
+        evs.append(Message.tool(f"c{i}", "y" * 400, name="bash"))  # 100 tokens each
+    store.append(sid, evs)
+    view = store.view(sid)
+    pinned = sum(i.tokens for i in view.items if i.pinned)
+    assert pinned >= budget.fraction(0.5) and view.tokens > budget.available
+    protect, _ = pruner.thresholds(budget, pinned)
+    assert protect > 3 * 100  # every old output is inside the token protection
+    batch = PlanContext(token_counter=store.token_counter, batch=True)
+    assert pruner.plan(view, budget, batch) is None
+    out = CondensationPolicy(budget, token_counter=store.token_counter).maybe_condense(store, sid)
+    assert out.trigger == "threshold" and out.fits
+    assert out.steps[0].condenser == ToolOutputPruner.name
+    prune = next(iter(store.read(sid, kinds=["prune"]))).event
+    assert isinstance(prune, Prune)
+    # c0-c2's results (seqs 4, 6, 8): all but the newest two steps, whatever their tokens
+    assert [r.seq for r in prune.targets] == [4, 6, 8]

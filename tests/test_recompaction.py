@@ -141,7 +141,7 @@ def _large_outputs_run(
 
 
 def test_the_pruner_hides_results_that_were_capped_on_intake(store: EventStore) -> None:
-    # About 1,000 tokens a result at 4k and 1,600 at 8k: over 15% of the room either way.
+    # About 1,000 tokens a result at 4k and 1,600 at 8k: over 8% of the room either way.
     for budget, lines in ((SMALL, 120), (MEDIUM, 200)):
         sid, total = _large_outputs_run(store, budget, 50, lines)
         assert total > 40_000

@@ -9,6 +9,7 @@ import pytest
 
 from condensers import CondensationPolicy, Pipeline, PlanContext, ResultTruncator
 from condensers.base import apply
+from condensers.pruning import shared_cap
 from eventstore import ConfigurationError, EventStore, Message, PartRef, Prune, ToolCallPart
 from eventstore.budget import Budget
 from eventstore.views import apply_event, truncated_text
@@ -92,7 +93,7 @@ def _observe(store: EventStore, sid: str, i: int, output: str) -> None:
 
 
 def test_an_unseen_result_is_capped_on_a_check_under_the_threshold(store: EventStore) -> None:
-    """A result the model has not been sent yet, larger than 15% of the room the head
+    """A result the model has not been sent yet, larger than 8% of the room the head
     leaves, is cut before it is first sent: the next turn still extends the previous one."""
     sid = store.create_session().id
     head = "You fix bugs. " + "Follow the rules. " * 583  # about 2,600 tokens of 6,800
@@ -111,7 +112,7 @@ def test_an_unseen_result_is_capped_on_a_check_under_the_threshold(store: EventS
     after = store.view(sid)
     assert after.condensation is None and after.tokens <= BUDGET.available
     newest = after.items[-1]
-    assert newest.tokens <= room // 4 + 60  # the cap, plus the marker line
+    assert newest.tokens <= room * 8 // 100 + 60  # the cap, plus the marker line
     messages = after.to_messages()
     assert messages[: len(sent)] == sent  # the cached prefix is untouched
     shown = messages[-1]["content"]
@@ -147,4 +148,40 @@ def test_fresh_cap_settings_are_checked() -> None:
         ResultTruncator(fresh_fraction=0.0)
     with pytest.raises(ConfigurationError, match="fresh_min_tokens"):
         ResultTruncator(fresh_min_tokens=2)
-    assert ResultTruncator().settings()["fresh_fraction"] == 0.15
+    assert ResultTruncator().settings()["fresh_fraction"] == 0.08
+
+
+def test_the_unseen_results_of_one_turn_share_the_cap(store: EventStore) -> None:
+    """Parallel calls: the results the model has not seen yet take the fresh cap together.
+    A small one keeps what it has; the large ones share what it leaves, so one turn adds
+    no more than one large result would."""
+    sid = store.create_session().id
+    store.append(sid, [Message.system("You fix bugs."), Message.user("Fix parser.py.")])
+    calls = [ToolCallPart(id=f"p{i}", name="read", arguments="{}") for i in range(3)]
+    big = "".join(f"{i:4d} line {i} of the file\n" for i in range(400))
+    store.append(
+        sid,
+        [
+            Message.assistant("Reading three files.", calls),
+            Message.tool("p0", "small file\n" * 10, name="read"),
+            Message.tool("p1", big, name="read"),
+            Message.tool("p2", big, name="read"),
+        ],
+    )
+    truncator = ResultTruncator()
+    view = store.view(sid)
+    cap = truncator.fresh_limit(view, BUDGET)
+    assert cap is not None
+    small = view.items[-3].tokens
+    assert view.items[-1].tokens > cap  # each large one alone is over the cap
+    ctx = PlanContext(token_counter=store.token_counter, intake=True)
+    proposal = truncator.plan(view, BUDGET, ctx)
+    assert proposal is not None
+    after = apply_event(view, proposal.event, store.token_counter)
+    assert [r.seq for r in proposal.event.targets] == [view.items[-2].seq, view.items[-1].seq]
+    assert after.items[-3].tokens == small
+    shown = sum(i.tokens for i in after.items[-3:])
+    assert shown <= cap + 2 * 60  # the cap, plus each marker line and message overhead
+    assert shared_cap([10, 500, 500], 300) == 145
+    assert shared_cap([10, 20], 300) == 300
+    assert shared_cap([], 300) == 300

@@ -104,10 +104,8 @@ class SummarizingCondenser:
         started = time.perf_counter()
         prev = previous_condensation(view)
         target = ctx.target(budget, self.target_fraction)
-        pinned = sum(i.tokens for i in view.items if i.pinned)
         reserve = max(int(target * self.summary_fraction), 64)
-        keep = target - pinned - reserve
-        forget = choose_cut(view, keep, min_keep=self.min_keep)
+        forget = choose_cut(view, self.keep_tokens(view, budget, ctx), min_keep=self.min_keep)
         if forget < self.min_forget_events:
             return None
         # When the pinned head and the kept tail leave less room than planned (a large
@@ -186,6 +184,14 @@ class SummarizingCondenser:
             latency_ms=(time.perf_counter() - started) * 1000,
             notes=notes,
         )
+
+    def keep_tokens(self, view: View, budget: Budget, ctx: PlanContext) -> int:
+        """Tokens of the newest unpinned messages a condensation of ``view`` keeps (at
+        least the newest message group, whatever this says): the target less the pinned
+        head and the share set aside for the summary."""
+        target = ctx.target(budget, self.target_fraction)
+        pinned = sum(i.tokens for i in view.items if i.pinned)
+        return target - pinned - max(int(target * self.summary_fraction), 64)
 
     @staticmethod
     def _summarize(
