@@ -478,13 +478,17 @@ class CondensationPolicy:
         capped: Outcome | None = None
         if trigger is None:
             # Unseen results first: capping them changes no cached prefix, and may make
-            # a condensation (which would) unnecessary.
-            capped = yield from self._intake(session_id, view)
-            if capped is not None and capped.view is not None:
-                view = capped.view
-            size = self.view_size(view)
-            decision = self.decide(view, self.pending_requests(view), size)
+            # a condensation (which would) unnecessary. Decided on the view as the cap
+            # leaves it; written on its own only when nothing else runs (a run caps them
+            # in its own append: one write per check).
+            intake = self._intake_plan(view)
+            size = self.view_size(intake)
+            decision = self.decide(intake, self.pending_requests(intake), size)
             if decision.trigger is None:
+                if intake is not view:
+                    capped = yield from self._intake(session_id, view)
+                    if capped is not None and capped.view is not None:
+                        view = capped.view
                 batched = None
                 if self.batch_prune:
                     batched = yield from self._batch(session_id, view)
@@ -568,6 +572,18 @@ class CondensationPolicy:
         if not steps:
             return None
         return (yield from self._side_run(session_id, view, steps, batch=True))
+
+    def _intake_plan(self, view: View) -> View:
+        """``view`` as capping its unseen results would leave it (``view`` itself when
+        there is nothing to cap); nothing is written."""
+        steps = [s for s in self.pipeline.steps if isinstance(s, ResultTruncator)]
+        if not steps or not unseen_seqs(view):
+            return view
+        ctx = PlanContext(
+            trigger="threshold", target_tokens=0, token_counter=self.token_counter, intake=True
+        )
+        planned = self.pipeline.plan_all(view, self.budget, ctx, steps)
+        return planned.view if planned.proposals else view
 
     def _intake(self, session_id: str, view: View) -> Routine[Outcome | None]:
         """Cap the results the model has not seen yet (see :class:`ResultTruncator`),

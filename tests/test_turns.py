@@ -67,15 +67,23 @@ def test_a_condensation_check_reads_once_and_writes_once(store: EventStore) -> N
 
 
 def test_an_idle_check_only_reads(store: EventStore) -> None:
-    sid = _session(store, turns=2)
+    sid = _session(store, turns=2, size=600)  # the newest result under the fresh cap
     counting = CountingStore(store)
     out = CondensationPolicy(BUDGET).maybe_condense(counting, sid)  # type: ignore[arg-type]
     assert not out.condensed and out.skipped == "under_threshold"
     assert counting.calls == Counter({"view": 1})
 
 
+def test_a_check_that_only_caps_an_unseen_result_writes_once(store: EventStore) -> None:
+    sid = _session(store, turns=2)  # the newest result over the fresh cap, the view small
+    counting = CountingStore(store)
+    out = CondensationPolicy(BUDGET).maybe_condense(counting, sid)  # type: ignore[arg-type]
+    assert [s.condenser for s in out.steps] == ["truncate_large_results"]
+    assert counting.calls == Counter({"view": 1, "append": 1})
+
+
 def test_a_model_call_reads_once_and_writes_once(store: EventStore) -> None:
-    sid = _session(store, turns=2)
+    sid = _session(store, turns=2, size=600)
     counting = CountingStore(store)
     policy = CondensationPolicy(BUDGET)
     response = complete(counting, sid, model="gpt-4o-mini", policy=policy, **_reply())  # type: ignore[arg-type]
