@@ -114,13 +114,13 @@ class Rows:
             if got is None:
                 got = stamps[created] = time_texts(created, sqlite)
             kind, raw = enc.kind, enc.raw
-            payload: str | bytes = enc.payload
+            # SQLite's inserts store the bytes as text (see its _Table): the text itself
+            # is made only for Postgres.
+            payload: str | bytes = raw if sqlite and raw is not None else enc.payload
             if given is None:
                 prev = chain_hash_ts(prev, seq, event_id, kind, got[0], raw or payload)
             else:
                 prev = given[i]
-            if sqlite and raw is not None:
-                payload = raw  # SQLite's inserts store it as text (see its _Table)
             if type(evt) is not Message:  # a message names no other seq
                 check_references(evt, seq, f"events[{i}].")
                 if isinstance(evt, Prune):
