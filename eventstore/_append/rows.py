@@ -18,7 +18,7 @@ from typing import Any
 
 from .._checks import check_references
 from ..codec import Encoded, chain_hash_ts, new_ids, time_texts
-from ..events import Message, Prune
+from ..events import Custom, Message, Prune
 from ..schema import events, parts
 
 __all__ = ["EVENT_COLUMNS", "PART_COLUMNS", "CREATED", "Rows", "Write"]
@@ -121,7 +121,7 @@ class Rows:
                 prev = chain_hash_ts(prev, seq, event_id, kind, got[0], raw or payload)
             else:
                 prev = given[i]
-            if type(evt) is not Message:  # a message names no other seq
+            if type(evt) is not Message and type(evt) is not Custom:  # neither names a seq
                 check_references(evt, seq, f"events[{i}].")
                 if isinstance(evt, Prune):
                     self.prunes.append((seq, evt, created))
