@@ -557,8 +557,8 @@ _EVENT_CLASSES = frozenset(get_args(get_args(Event)[0]))
 
 def _payload(event: Event) -> tuple[str, int]:
     """:func:`encode_event`'s text and its size in UTF-8 bytes."""
-    text, size, _proven, _raw = _payload_proven(event)
-    return text, size
+    raw, _proven = _payload_proven(event)
+    return raw.decode("utf-8"), len(raw)
 
 
 #: Whether a custom event's payload written by :func:`_custom_json` needs no read-back parse
@@ -586,12 +586,13 @@ def _custom_json(event: Custom) -> bytes | None:
         return None
 
 
-def _payload_proven(event: Event) -> tuple[str, int, bool, bytes]:
-    """:func:`_payload`, whether the payload is proven to read back, and its UTF-8 bytes
-    (what the text was decoded from: the hash reads them). Proven: a message whose
-    every field held exactly its annotated type (see :func:`_message_plain`), of classes
-    whose validation checks nothing past those types (:data:`_READ_BACK_PROVEN`), with a
-    timezone-aware ``created_at`` or none. Such a payload needs no read-back parse."""
+def _payload_proven(event: Event) -> tuple[bytes, bool]:
+    """:func:`_payload` as UTF-8 bytes (the hash reads them; the text is decoded from them
+    only where it is needed), and whether the payload is proven to read back. Proven: a
+    message whose every field held exactly its annotated type (see
+    :func:`_message_plain`), of classes whose validation checks nothing past those types
+    (:data:`_READ_BACK_PROVEN`), with a timezone-aware ``created_at`` or none. Such a
+    payload needs no read-back parse."""
     if type(event) is Message and _MESSAGE_FIELDS_KNOWN:
         try:
             message = _message_json(event)
@@ -602,21 +603,20 @@ def _payload_proven(event: Event) -> tuple[str, int, bool, bytes]:
             proven = _READ_BACK_PROVEN and (
                 when is None or (type(when) is datetime and when.tzinfo is not None)
             )
-            return message.decode("utf-8"), len(message), proven, message
+            return message, proven
     if type(event) is Custom and _CUSTOM_PROVEN:
         custom = _custom_json(event)
         if custom is not None:
             when = event.__dict__.get("created_at")
             proven = when is None or (type(when) is datetime and when.tzinfo is not None)
-            return custom.decode("utf-8"), len(custom), proven, custom
+            return custom, proven
     if type(event) in _EVENT_CLASSES:
         data = event.__pydantic_serializer__.to_python(
             event, mode="json", exclude_none=True, exclude=_COLUMNS
         )
     else:  # a subclass (or anything else): exactly as the union dumps it
         data = EVENT_ADAPTER.dump_python(event, mode="json", exclude_none=True, exclude=_COLUMNS)
-    raw = canonical_json_bytes(data)
-    return raw.decode("utf-8"), len(raw), False, raw
+    return canonical_json_bytes(data), False
 
 
 def decode_event(kind: str, payload: str, event_id: str, created_at: datetime) -> Event:
@@ -746,7 +746,7 @@ def batch_digest(encoded: Sequence[Encoded]) -> str:
     an idempotency key is compared by when it is reused."""
     h = hashlib.sha256(f"{len(encoded)}\n".encode())
     for enc in encoded:
-        payload = enc.payload.encode("utf-8")
+        payload = enc.raw if enc.raw is not None else enc.payload.encode("utf-8")
         h.update(f"{enc.kind}\n{enc.event.id or ''}\n{len(payload)}\n".encode())
         h.update(payload)
     return h.hexdigest()
@@ -824,7 +824,10 @@ class Encoded:
 
     event: Event
     kind: str
-    payload: str
+    text: str | None
+    """The payload text, or ``None`` until :attr:`payload` is first read (then decoded
+    from :attr:`raw` once): a SQLite append stores and hashes the bytes and never needs
+    it."""
     size: int
     token_count: int
     part_rows: list[dict[str, Any]]
@@ -839,6 +842,16 @@ class Encoded:
     raw: bytes | None = None
     """:attr:`payload` as UTF-8 bytes, when the encoder made them (the hash chain reads
     them rather than encoding the text again)."""
+
+    @property
+    def payload(self) -> str:
+        """The payload text (everything but id, created_at and kind, canonical JSON)."""
+        text = self.text
+        if text is None:
+            if self.raw is None:  # pragma: no cover - the encoder gives one or the other
+                raise ValueError("an encoding holds neither its payload text nor its bytes")
+            text = self.text = self.raw.decode("utf-8")
+        return text
 
 
 def sole_text(evt: Event) -> bool:
@@ -948,21 +961,21 @@ def encode(evt: Event, counter: TokenCounter, blob_threshold: int | None = None)
                     stored, blobs = _strip_blobs(evt, blob_threshold)
                 named = tuple(blob_refs(stored))
                 break
-        payload, size, proven, raw = _payload_proven(stored)
+        raw, proven = _payload_proven(stored)
         total, rows = plain_parts(parts, counter)
         if len(rows) == 1 and rows[0]["type"] == "text":
             rows = []  # a sole text part of a subclass of its own: its row is implied too
-        return Encoded(stored, stored.kind, payload, size, total, rows, blobs, proven, named, raw)
+        return Encoded(stored, stored.kind, None, len(raw), total, rows, blobs, proven, named, raw)
     named = tuple(blob_refs(evt)) if isinstance(evt, Queued) else ()
-    payload, size, proven, raw = _payload_proven(evt)
+    raw, proven = _payload_proven(evt)
     if isinstance(evt, Condensation):
         total = evt.summary_tokens or (counter.count(evt.summary) if evt.summary else 0)
         if evt.summary and not evt.summary_tokens:
             evt = evt.model_copy(update={"summary_tokens": total})
-            payload, size, proven, raw = _payload_proven(evt)
+            raw, proven = _payload_proven(evt)
     else:
         total = 0
-    return Encoded(evt, evt.kind, payload, size, total, [], blobs, proven, named, raw)
+    return Encoded(evt, evt.kind, None, len(raw), total, [], blobs, proven, named, raw)
 
 
 #: Attachments moved out of a payload: none (shared by every encoding without any; never
@@ -983,9 +996,7 @@ def encode_plain(evt: Message, counter: TokenCounter) -> Encoded | None:
     if raw is None:
         return None
     total, rows = plain_parts(evt.__dict__["parts"], counter)
-    return Encoded(
-        evt, "message", raw.decode("utf-8"), len(raw), total, rows, _NO_BLOBS, True, (), raw
-    )
+    return Encoded(evt, "message", None, len(raw), total, rows, _NO_BLOBS, True, (), raw)
 
 
 def plain_payload(evt: Message) -> bytes | None:

@@ -18,7 +18,7 @@ from typing import Any
 
 from .._checks import check_references
 from ..codec import Encoded, chain_hash_ts, new_ids, time_texts
-from ..events import Message, Prune
+from ..events import Custom, Message, Prune
 from ..schema import events, parts
 
 __all__ = ["EVENT_COLUMNS", "PART_COLUMNS", "CREATED", "Rows", "Write"]
@@ -114,14 +114,14 @@ class Rows:
             if got is None:
                 got = stamps[created] = time_texts(created, sqlite)
             kind, raw = enc.kind, enc.raw
-            payload: str | bytes = enc.payload
+            # SQLite's inserts store the bytes as text (see its _Table): the text itself
+            # is made only for Postgres.
+            payload: str | bytes = raw if sqlite and raw is not None else enc.payload
             if given is None:
                 prev = chain_hash_ts(prev, seq, event_id, kind, got[0], raw or payload)
             else:
                 prev = given[i]
-            if sqlite and raw is not None:
-                payload = raw  # SQLite's inserts store it as text (see its _Table)
-            if type(evt) is not Message:  # a message names no other seq
+            if type(evt) is not Message and type(evt) is not Custom:  # neither names a seq
                 check_references(evt, seq, f"events[{i}].")
                 if isinstance(evt, Prune):
                     self.prunes.append((seq, evt, created))

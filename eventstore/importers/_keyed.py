@@ -46,6 +46,7 @@ from ._agent import (
     read_records,
     source_of,
 )
+from ._collection import fewer_collections
 from ._loading import ImportFormatError, Transcript
 from .aider import Aider, first_header_time, looks_aider, path_digest
 from .claude_code import ClaudeCode, looks_claude_code
@@ -318,6 +319,20 @@ def import_transcript(
         raise ImportFormatError(
             f"{p}: this file is in the {found} format, not {fmt}; omit --format to detect it"
         )
+    with fewer_collections():
+        return _import_file(store, p, fmt, final, progress, batch_size, seen)
+
+
+def _import_file(
+    store: EventStore,
+    p: Path,
+    fmt: str,
+    final: bool,
+    progress: BytesProgress | None,
+    batch_size: int,
+    seen: dict[str, tuple[Any, ...]] | None,
+) -> list[SessionImport]:
+    """:func:`import_transcript` of a file whose format is known."""
     if fmt == "opencode" and is_sqlite(p):
         stamps = session_stamps(p)
         unread = newer_model_only(p)
