@@ -227,12 +227,13 @@ def _unsent_items(evt: Any, options: ViewOptions) -> frozenset[int] | set[int]:
     provider's, or any in a tool message): they take no room in the view."""
     if not isinstance(evt, Message):
         return _NONE_REFUSED
-    return {
-        i
-        for i, p in enumerate(evt.parts)
-        if isinstance(p, ProviderPart)
-        and (evt.role == "tool" or options.provider is None or p.provider != options.provider)
-    }
+    unsent: frozenset[int] | set[int] = _NONE_REFUSED
+    for i, p in enumerate(evt.parts):  # a loop, not a set per message: few have any
+        if isinstance(p, ProviderPart) and (
+            evt.role == "tool" or options.provider is None or p.provider != options.provider
+        ):
+            unsent = {*unsent, i}
+    return unsent
 
 
 def media_stand_in(part: Any) -> str:
@@ -483,14 +484,13 @@ def assemble(rows: ViewRows, options: ViewOptions | None, counter: TokenCounter)
         unsent = _unsent_items(stored.event, options)
         part_tokens = [0 if i in unsent else s.tokens for i, s in enumerate(states)]
         item = ViewItem(stored=stored, part_tokens=part_tokens, pinned=stored.seq in pinned_seqs)
+        # (A message of another provider's items alone is not sent at all.)
+        tokens = MESSAGE_OVERHEAD if len(unsent) < n_parts or not n_parts else 0
         if options.accepts is None and all(s.compacted_seq is None for s in states):
-            # Nothing shown in place of a part: the stored counts are the item's tokens
-            # (a message of another provider's items alone is not sent at all).
-            sent = len(unsent) < n_parts or not n_parts
-            item.tokens = (MESSAGE_OVERHEAD if sent else 0) + sum(part_tokens)
+            # Nothing shown in place of a part: the stored counts are the item's tokens.
+            item.tokens = tokens + sum(part_tokens)
             items.append(item)
             continue
-        tokens = MESSAGE_OVERHEAD if len(unsent) < n_parts or not n_parts else 0
         refused = _refused_media(stored.event, options)
         for idx, state in enumerate(states):
             if state.compacted_seq is not None:
