@@ -27,6 +27,7 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
 from eventstore import EventStore
+from eventstore._append.postgres import ROUTED_FUNCTION
 from eventstore.distribution import distribute_citus
 from eventstore.schema import NATIVE_SEARCH_TABLES, metadata
 
@@ -168,7 +169,7 @@ def _drop_store_function(url: str) -> None:
                 conn.execute(
                     text(
                         "SELECT oid::regprocedure::text FROM pg_proc "
-                        "WHERE proname = 'eventstore_append_routed'"
+                        f"WHERE proname = '{ROUTED_FUNCTION}'"
                     )
                 ).scalars()
             ):

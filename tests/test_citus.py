@@ -87,6 +87,8 @@ def _workers_touched(sent: list[str]) -> set[str]:
 
 
 def test_appends_are_routed_to_one_worker_without_two_phase_commit(distributed_url: str) -> None:
+    from eventstore._append import postgres
+
     log = _RemoteCommands(distributed_url)
     store = EventStore(engine=log.engine, tenant=f"t-{uuid.uuid4().hex}")
     try:
@@ -133,8 +135,8 @@ def test_appends_are_routed_to_one_worker_without_two_phase_commit(distributed_u
         # A guarded append, of one event or of 1,000, goes whole to the worker: one
         # delegated function call.
         for name, sent in (("one", one), ("1,000", thousand), ("first 1,000", first_batch)):
-            assert sum("eventstore_append_routed" in s for s in sent) == 1, (name, sent)
-        assert sum("eventstore_append_routed" in s for s in parts) == 4, parts
+            assert sum(postgres.ROUTED_FUNCTION in s for s in sent) == 1, (name, sent)
+        assert sum(postgres.ROUTED_FUNCTION in s for s in parts) == 4, parts
         assert store.head(session.id) == 1_008
         with store.engine.connect() as conn:
             rows = conn.execute(
@@ -153,6 +155,54 @@ def test_appends_are_routed_to_one_worker_without_two_phase_commit(distributed_u
     finally:
         store.close()
         log.engine.dispose()
+
+
+def test_routed_payloads_are_split_at_their_separator_only(distributed_url: str) -> None:
+    """The routed call joins a batch's payloads by a control character, which a payload's
+    JSON holds only escaped: content with that character (and with quotes, backslashes
+    and braces) reads back as written, and a call whose payloads do not split into one
+    per event is refused with nothing written."""
+    from eventstore._append import postgres
+
+    store = EventStore(distributed_url, tenant=f"t-{uuid.uuid4().hex}")
+    try:
+        sid = store.create_session().id
+        store.append(sid, [Message.user("first")])  # the locked path: the head is known
+        texts = [
+            f"a{postgres.PAYLOAD_SEPARATOR}b",
+            '{"x": "\\"quoted\\"", "y": [1, 2]}',
+            "c\\d\x1f\ne",
+        ]
+        store.append(sid, [Message.user(t) for t in texts])  # one routed call of three
+        store.append(sid, [Message.user(texts[0])])  # and one of one event
+        got = [m["content"] for m in store.view(sid).to_messages()]
+        assert got == ["first", *texts, texts[0]]
+        assert store.verify(sid).ok
+        head = store.head(sid)
+        with store.engine.connect() as conn:
+            h = conn.execute(
+                text("SELECT head_hash FROM sessions WHERE id = :s"), {"s": sid}
+            ).scalar()
+        driver = store.engine.raw_connection()
+        try:
+            # Two events, one payload: refused before the head moves.
+            args = [sid, store.tenant, head, h, head + 2, "x", "2030-01-01T00:00:00+00:00",
+                    5000, "{1,2}", '{"i1","i2"}', "{message,message}",
+                    '{"2030-01-01T00:00:00+00:00","2030-01-01T00:00:00+00:00"}',
+                    '{"role":"user"}', "{1,1}", "{1,1}", "{NULL,NULL}", "{NULL,NULL}",
+                    "{NULL,NULL}", '{"h1","h2"}', "{}", "{}", "{}", "{}", "{}", "{}",
+                    "{}"]  # fmt: skip
+            placeholders = ", ".join(["%s"] * len(args))
+            with pytest.raises(Exception, match="1 payloads for 2 events"):
+                with driver.cursor() as cur:
+                    cur.execute(f"SELECT {postgres.ROUTED_FUNCTION}({placeholders})", args)
+            driver.rollback()
+        finally:
+            driver.close()
+        assert store.head(sid) == head
+        assert store.verify(sid).ok
+    finally:
+        store.close()
 
 
 def test_prunes_condensations_seals_and_purges_commit_without_two_phase_commit(

@@ -284,8 +284,16 @@ def _array_args(prefix: str, columns: tuple[str, ...]) -> list[tuple[str, str]]:
 #: the rows as one array per column. The arrays come as text, cast on the worker: typed
 #: array arguments are parsed on the coordinator, written out again into the call it
 #: sends the worker and parsed there once more (for a 1,000-event batch that was about a
-#: third of the cluster's CPU); text passes through.
-ROUTED_FUNCTION = "eventstore_append_routed"
+#: third of the cluster's CPU); text passes through. The payloads, most of a batch's
+#: bytes, come as one text, joined by :data:`PAYLOAD_SEPARATOR` (see :func:`_payloads`).
+#: (The function of the earlier versions, ``eventstore_append_routed``, took them as an
+#: array too: a new name, so that a store of an earlier version never sends its arrays to
+#: this one.)
+ROUTED_FUNCTION = "eventstore_append_delegated"
+#: What joins the payloads in the routed call: ASCII's record separator, a control
+#: character, which a payload (canonical JSON, every control character escaped) never
+#: holds.
+PAYLOAD_SEPARATOR = "\x1e"
 _ROUTED_ARGS = (
     ("a_session", "varchar"), ("a_tenant", "varchar"), ("a_head", "integer"),
     ("a_head_hash", "varchar"), ("a_seq", "integer"), ("a_hash", "varchar"),
@@ -298,9 +306,12 @@ ROUTED_SIGNATURE = f"{ROUTED_FUNCTION}({', '.join(t for _, t in _ROUTED_ARGS)})"
 
 
 def _typed(prefix: str, columns: tuple[str, ...], types: tuple[str, ...]) -> list[str]:
-    """The declarations of the typed arrays the text arguments are read into."""
+    """The declarations of the typed arrays the text arguments are read into (the
+    payloads split at the separator: see :func:`_payloads`)."""
     return [
-        f"{prefix}{c}_ {t.lower()}[] := {prefix}{c}::{t.lower()}[];"
+        f"{prefix}{c}_ text[] := string_to_array({prefix}{c}, E'\\x1e');"
+        if prefix == "e_" and c == "payload"
+        else f"{prefix}{c}_ {t.lower()}[] := {prefix}{c}::{t.lower()}[];"
         for c, t in zip(columns[1:], types[1:], strict=True)
     ]
 
@@ -323,7 +334,12 @@ def _insert_rows(table: str, prefix: str, columns: tuple[str, ...]) -> str:
 
 
 # The text is read into typed arrays once, as the function starts: an INSERT whose
-# unnest() cast the text arguments itself took a third more of the worker's CPU.
+# unnest() cast the text arguments itself took a third more of the worker's CPU. The
+# head moves by EXECUTE with the session written in as a literal, which Citus plans
+# against the local shard directly (see eventstore._sql.view_rows._executed; the
+# cluster's CPU for a single append about 4% less). Its INSERTs gain nothing that way:
+# Citus leaves an INSERT's shard to execution time and writes it out for the shard
+# whatever its values.
 # ``force_custom_plan`` (see ROUTED_PLANS): with the generic plans PL/pgSQL settles on
 # after five calls, Citus 13 plans each statement for the shard again on every call and
 # keeps every such plan, and the worker's connection grew by about 57 kB an append.
@@ -331,13 +347,20 @@ ROUTED_FUNCTION_DDL = versioned(
     f"""CREATE OR REPLACE FUNCTION {ROUTED_FUNCTION}(
     {", ".join(f"{n} {t}" for n, t in _ROUTED_ARGS)}) RETURNS boolean AS $$
 DECLARE
+    v_moved bigint;
     {" ".join(_typed("e_", EVENT_COLUMNS, _EVENT_TYPES))}
 BEGIN
+    IF cardinality(e_payload_) <> cardinality(e_seq_) THEN  -- a separator in a payload
+        RAISE EXCEPTION 'eventstore: % payloads for % events',
+            cardinality(e_payload_), cardinality(e_seq_) USING ERRCODE = 'data_exception';
+    END IF;
     PERFORM set_config('lock_timeout', a_lock_ms::text, true);
-    UPDATE sessions SET head_seq = a_seq, head_hash = a_hash, updated_at = a_newest
-    WHERE id = a_session AND tenant = a_tenant AND head_seq = a_head
-    AND head_hash IS NOT DISTINCT FROM a_head_hash AND deleted_at IS NULL;
-    IF NOT FOUND THEN
+    EXECUTE 'UPDATE sessions SET head_seq = $1, head_hash = $2, updated_at = $3 WHERE id = '
+        || quote_literal(a_session) || ' AND tenant = $4 AND head_seq = $5 '
+        || 'AND head_hash IS NOT DISTINCT FROM $6 AND deleted_at IS NULL'
+        USING a_seq, a_hash, a_newest, a_tenant, a_head, a_head_hash;
+    GET DIAGNOSTICS v_moved = ROW_COUNT;
+    IF v_moved = 0 THEN
         RETURN false;
     END IF;
     INSERT INTO feed_pending (session_id, from_seq, to_seq, tenant, queued_at)
@@ -369,7 +392,7 @@ ROUTED_DISTRIBUTE = (
 _NO_PARTS: list[tuple[Any, ...]] = [()] * (len(PART_COLUMNS) - 1)
 # psycopg's own list dumping escaped each element with a regular expression, which for a
 # 1,000-event batch cost more client CPU than making its rows.
-_ROUTED_CALL = f"SELECT {ROUTED_FUNCTION}({', '.join(['%s'] * len(_ROUTED_ARGS))})"
+_ROUTED_CALL = _Statement(f"SELECT {ROUTED_FUNCTION}({', '.join(['%s'] * len(_ROUTED_ARGS))})")
 
 
 def _array_text(values: Iterable[Any]) -> str:
@@ -399,27 +422,64 @@ def _array_text(values: Iterable[Any]) -> str:
     return "{" + ",".join(out) + "}"
 
 
+#: Where the payloads are among the columns the routed call sends (the session's is not).
+_PAYLOAD = EVENT_COLUMNS.index("payload") - 1
+
+
+def _payloads(values: Iterable[str]) -> str:
+    """The payloads of a routed call: joined by :data:`PAYLOAD_SEPARATOR`, which the
+    worker splits them at (``string_to_array``). As an array literal each payload was
+    escaped on the client (every quote of its JSON), and the worker read the array back
+    unescaping it: for a 1,000-event batch that took about a third of the client's CPU
+    and a sixth of the cluster's. A payload holding the separator would make the worker
+    count more payloads than events, which it refuses."""
+    joined = PAYLOAD_SEPARATOR.join(values)
+    if "\x00" in joined:
+        raise _nul_refused()
+    return joined
+
+
 def write_routed(db: Any, w: Write, lock_timeout_ms: int) -> bool:
     """A guarded append on distributed tables: one call, its own transaction, which Citus
     runs on the session's worker (on a psycopg connection outside any transaction);
-    ``False`` (nothing written) when the head moved."""
+    ``False`` (nothing written) when the head moved. Sent as
+    :func:`write_guarded_prepared` sends its statement: prepared once per connection,
+    through libpq, its parameters in text format (psycopg's ``execute`` took about as
+    much client CPU as the rest of a one-event append)."""
     # Rows to columns (the first, the session, is the call's own argument).
     events_cols = list(zip(*w.event_rows, strict=True))[1:]
     parts_cols = list(zip(*w.part_rows, strict=True))[1:] if w.part_rows else _NO_PARTS
-    params = [w.session_id, w.tenant, w.head, w.head_hash, w.seq, w.new_hash, w.newest,
-              lock_timeout_ms, *map(_array_text, events_cols),
-              *map(_array_text, parts_cols)]  # fmt: skip
-    if db.pgconn.transaction_status != libpq().IDLE:
+    events_text = [
+        _payloads(c) if i == _PAYLOAD else _array_text(c) for i, c in enumerate(events_cols)
+    ]
+    params = [*map(_text, (w.session_id, w.tenant, w.head, w.head_hash, w.seq, w.new_hash,
+                           w.newest, lock_timeout_ms)),
+              *(t.encode() for t in events_text),
+              *(_array_text(c).encode() for c in parts_cols)]  # fmt: skip
+    pq = libpq()
+    pgconn = db.pgconn
+    if pgconn.transaction_status != pq.IDLE:
         db.rollback()  # as write_guarded_prepared: nothing of a caller's is written into
-    auto = db.autocommit
-    db.autocommit = True  # Citus sends a function call to a worker only outside a block
-    try:
-        with db.cursor() as cur:
-            cur.execute(_ROUTED_CALL, params)
-            row = cur.fetchone()
-    finally:
-        db.autocommit = auto
-    return bool(row and row[0])
+    if pgconn.parameter_status(b"client_encoding") != b"UTF8":
+        auto = db.autocommit
+        db.autocommit = True  # Citus sends a function call to a worker only outside a block
+        try:
+            with db.cursor() as cur:
+                cur.execute(_ROUTED_CALL.text, [None if v is None else v.decode() for v in params])
+                row = cur.fetchone()
+        finally:
+            db.autocommit = auto
+        return bool(row and row[0])
+    res = pgconn.exec_prepared(_ROUTED_CALL.name, params)
+    if res.status == pq.FATAL and res.error_field(pq.SQLSTATE) == b"26000":
+        # Not prepared on this connection yet (or deallocated since).
+        made = pgconn.prepare(_ROUTED_CALL.name, _ROUTED_CALL.numbered)
+        if made.status != pq.COMMAND_OK:
+            raise pq.error_from_result(made, encoding="utf-8")
+        res = pgconn.exec_prepared(_ROUTED_CALL.name, params)
+    if res.status != pq.TUPLES_OK:
+        raise pq.error_from_result(res, encoding="utf-8")
+    return res.get_value(0, 0) == b"t"
 
 
 def insert_rows_routed(
