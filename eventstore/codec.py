@@ -64,6 +64,7 @@ __all__ = [
     "batch_digest",
     "format_ts",
     "time_texts",
+    "utc_texts",
     "sqlite_time_text",
     "new_id",
     "new_ids",
@@ -134,7 +135,11 @@ def _checked_plain(value: Any, depth: int = 0) -> Any:
             if type(k) is not str:
                 raise _NotPlain
             tv = type(v)
-            if not (tv is str or tv is bool or v is None):
+            # Leaves inline (a call per value cost more than the check): text, flags,
+            # null and 64-bit integers.
+            if not (
+                tv is str or tv is bool or v is None or (tv is int and -_FAST_INT <= v < _FAST_INT)
+            ):
                 _checked_plain(v, depth + 1)
         return value
     if t is list:
@@ -705,11 +710,17 @@ def time_texts(created: datetime, sqlite: bool) -> tuple[str, Any]:
     """An event time's hashed text (:func:`format_ts`) and its column value: on SQLite the
     text SQLAlchemy stores there (:func:`sqlite_time_text`), else the datetime itself."""
     if created.tzinfo is UTC and created.year >= 1000:
-        # Both texts from one isoformat (format_ts's, without its conversions).
-        plain = created.replace(tzinfo=None).isoformat(" ", "microseconds")
-        return f"{plain[:10]}T{plain[11:]}Z", plain if sqlite else created
+        ts, plain = utc_texts(created)
+        return ts, plain if sqlite else created
     ts = format_ts(created)
     return ts, sqlite_time_text(created) if sqlite else created
+
+
+def utc_texts(created: datetime) -> tuple[str, str]:
+    """:func:`format_ts` and :func:`sqlite_time_text` of a time in UTC (``tzinfo`` is
+    :data:`~datetime.UTC`) of a year from 1000 on, both from one ``isoformat``."""
+    plain = created.isoformat(" ", "microseconds")[:-6]  # without its "+00:00"
+    return f"{plain[:10]}T{plain[11:]}Z", plain
 
 
 def sqlite_time_text(value: datetime) -> str:
@@ -842,6 +853,10 @@ class Encoded:
     raw: bytes | None = None
     """:attr:`payload` as UTF-8 bytes, when the encoder made them (the hash chain reads
     them rather than encoding the text again)."""
+    stamps: tuple[str, str] | None = None
+    """The event's time as hashed and as SQLite's column holds it (:func:`utc_texts`),
+    when the append's checks made them: the rows take them rather than formatting the
+    time again."""
 
     @property
     def payload(self) -> str:

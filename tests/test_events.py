@@ -30,7 +30,15 @@ from eventstore import (
     Usage,
     decode_tool_output,
 )
-from eventstore.codec import canonical_json, decode_event, encode_event, format_ts
+from eventstore.codec import (
+    canonical_json,
+    decode_event,
+    encode_event,
+    format_ts,
+    sqlite_time_text,
+    time_texts,
+    utc_texts,
+)
 from eventstore.events import EVENT_ADAPTER, PART_ADAPTER, Purge
 
 EVENT_DICTS: dict[str, tuple[dict[str, Any], type]] = {
@@ -278,6 +286,23 @@ def test_hashed_timestamp_text_is_the_strftime_text(ts: datetime) -> None:
     ``strftime`` gave when the first hashes were written."""
     aware = ts if ts.tzinfo is not None else ts.replace(tzinfo=UTC)
     assert format_ts(ts) == aware.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+@pytest.mark.parametrize(
+    "ts",
+    [
+        datetime(2026, 11, 25, 14, 26, 8, 0, tzinfo=UTC),
+        datetime(2026, 11, 25, 14, 26, 8, 123456, tzinfo=UTC),
+        datetime(1000, 1, 1, 0, 0, 0, 1, tzinfo=UTC),
+        datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC),
+        datetime.fromisoformat("2025-08-01T12:34:56.789Z"),  # as the importers parse times
+    ],
+)
+def test_both_texts_of_a_utc_time_are_the_ones_formatted_apart(ts: datetime) -> None:
+    """An append formats a UTC time once, for its hash and for SQLite's column: the two
+    texts must be what format_ts and sqlite_time_text give."""
+    assert utc_texts(ts) == (format_ts(ts), sqlite_time_text(ts))
+    assert time_texts(ts, True) == utc_texts(ts)
 
 
 @pytest.mark.parametrize(

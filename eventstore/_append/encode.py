@@ -7,13 +7,23 @@ Nothing here touches the database."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
+from datetime import UTC, datetime
 from typing import Any, overload
 
 from pydantic import BaseModel, ValidationError
 from pydantic_core import PydanticSerializationError
 
 from .._checks import MAX_COLUMN_INT, MAX_DEPTH, check_event, check_kind, describe_error
-from ..codec import Encoded, blob_refs, check_text, encode, encode_plain, format_ts, read_back
+from ..codec import (
+    Encoded,
+    blob_refs,
+    check_text,
+    encode,
+    encode_plain,
+    format_ts,
+    read_back,
+    utc_texts,
+)
 from ..errors import InvalidEventError, PayloadTooLargeError
 from ..events import EMPTY_ASSISTANT, EVENT_ADAPTER, Custom, Event, Message, Queued, empty_assistant
 from ..tokens import TokenCounter
@@ -87,14 +97,18 @@ def encode_one(
             raise InvalidEventError(describe_error(exc, i)) from None
         except RecursionError:
             raise InvalidEventError(f"events[{i}]: nested too deeply") from None
-    if evt.created_at is not None:
-        try:
-            format_ts(evt.created_at)
-        except (OverflowError, ValueError):
-            raise InvalidEventError(
-                f"events[{i}].created_at: {evt.created_at!r} is outside the range a UTC "
-                "timestamp can hold (years 1-9999 after conversion to UTC)"
-            ) from None
+    when = evt.created_at
+    if when is not None:
+        if type(when) is datetime and when.tzinfo is UTC and when.year >= 1000:
+            enc.stamps = utc_texts(when)  # formatted once: the rows take them
+        else:
+            try:
+                format_ts(when)
+            except (OverflowError, ValueError):
+                raise InvalidEventError(
+                    f"events[{i}].created_at: {when!r} is outside the range a UTC "
+                    "timestamp can hold (years 1-9999 after conversion to UTC)"
+                ) from None
     if evt.id is not None:
         if not 1 <= len(evt.id) <= 36:
             raise InvalidEventError(f"events[{i}].id: must be 1-36 characters")

@@ -110,9 +110,14 @@ class Rows:
                     ids.reverse()
                 event_id = ids.pop()
             created = evt.created_at or now
-            got = stamps.get(created)
-            if got is None:
-                got = stamps[created] = time_texts(created, sqlite)
+            known = enc.stamps  # formatted by the append's checks (see encode_one)
+            got: tuple[str, Any] | None
+            if known is not None and created is evt.created_at:
+                got = (known[0], known[1] if sqlite else created)
+            else:
+                got = stamps.get(created)
+                if got is None:
+                    got = stamps[created] = time_texts(created, sqlite)
             kind, raw = enc.kind, enc.raw
             # SQLite's inserts store the bytes as text (see its _Table): the text itself
             # is made only for Postgres.
