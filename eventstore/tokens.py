@@ -60,9 +60,9 @@ class TokenCounter(Protocol):
 
 
 class HeuristicTokenCounter:
-    """About four characters per token: free and offline, but it runs low on code and
-    encoded data (see :class:`BoundedTokenCounter`, the default, which it bounds from
-    below)."""
+    """About four characters per token, the store's default: free and offline, but it
+    runs low on code and encoded data (:class:`BoundedTokenCounter` never counts less, and
+    stays at or above the tokenizer)."""
 
     name = "heuristic"
 
