@@ -384,8 +384,12 @@ class ResultTruncator:
     groups (assistant message plus its results) fit in it, so one break in five turns needs
     a group to take at most about a fifth of the room; the assistant messages alone took
     about 70% of the growth per turn over the benchmark's tuning runs, which leaves the
-    results a few percent. A :class:`~condensers.CondensationPolicy` applies this cap on
-    every check, even when nothing else needs doing.
+    results a few percent. A turn adds about the same tokens whatever the budget, so a
+    smaller room holds fewer turns: below ``fresh_full_room`` (8,000 tokens) the share
+    shrinks with the room, down to ``fresh_min_fraction`` (5%), while a large room, where
+    a turn is a few percent of it, keeps its 8% (a tighter cap there cut error lines out
+    of long outputs for no cache gain). A :class:`~condensers.CondensationPolicy` applies
+    this cap on every check, even when nothing else needs doing.
 
     Args:
         max_fraction: A result over this fraction of the budget's available tokens is
@@ -397,6 +401,11 @@ class ResultTruncator:
         fresh_fraction: Largest share of the conversation room the unseen results may
             take together (``None``: no cap on unseen results).
         fresh_min_tokens: Unseen results under this many tokens are never truncated.
+        fresh_full_room: Rooms of at least this many tokens give the unseen results their
+            whole ``fresh_fraction``; a smaller room gives them proportionally less, down
+            to ``fresh_min_fraction``.
+        fresh_min_fraction: The smallest share of the room the unseen results get
+            (``None``: ``fresh_fraction`` at every size).
     """
 
     name = "truncate_large_results"
@@ -410,6 +419,8 @@ class ResultTruncator:
         protected_tools: Iterable[str] = (),
         fresh_fraction: float | None = 0.08,
         fresh_min_tokens: int = 64,
+        fresh_full_room: int = 8_000,
+        fresh_min_fraction: float | None = 0.05,
     ) -> None:
         if not 0 < keep_fraction < max_fraction <= 1:
             raise ConfigurationError(
@@ -422,12 +433,21 @@ class ResultTruncator:
             )
         if fresh_min_tokens < 16:
             raise ConfigurationError(f"fresh_min_tokens must be >= 16, got {fresh_min_tokens}")
+        if fresh_min_fraction is not None and not (
+            0 < fresh_min_fraction <= (fresh_fraction or 1) and fresh_full_room > 0
+        ):
+            raise ConfigurationError(
+                "need 0 < fresh_min_fraction <= fresh_fraction and fresh_full_room > 0, got "
+                f"fresh_min_fraction={fresh_min_fraction}, fresh_full_room={fresh_full_room}"
+            )
         self.max_fraction = max_fraction
         self.keep_fraction = keep_fraction
         self.min_tokens = min_tokens
         self.protected_tools = frozenset(protected_tools)
         self.fresh_fraction = fresh_fraction
         self.fresh_min_tokens = fresh_min_tokens
+        self.fresh_full_room = fresh_full_room
+        self.fresh_min_fraction = fresh_min_fraction
 
     def settings(self) -> dict[str, Any]:
         return {
@@ -437,6 +457,8 @@ class ResultTruncator:
             "protected_tools": sorted(self.protected_tools),
             "fresh_fraction": self.fresh_fraction,
             "fresh_min_tokens": self.fresh_min_tokens,
+            "fresh_full_room": self.fresh_full_room,
+            "fresh_min_fraction": self.fresh_min_fraction,
         }
 
     def fresh_limit(self, view: View, budget: Budget) -> int | None:
@@ -445,7 +467,11 @@ class ResultTruncator:
             return None
         pinned = sum(i.tokens for i in view.items if i.pinned)
         room = budget.available - pinned - view.summary_tokens - view.extra_tokens
-        return max(math.floor(room * self.fresh_fraction), self.fresh_min_tokens)
+        fraction = self.fresh_fraction
+        if self.fresh_min_fraction is not None and room < self.fresh_full_room:
+            scaled = fraction * max(room, 0) / self.fresh_full_room
+            fraction = max(self.fresh_min_fraction, scaled)
+        return max(math.floor(room * fraction), self.fresh_min_tokens)
 
     def plan(self, view: View, budget: Budget, ctx: PlanContext) -> Proposal | None:
         """Truncate oversized results (unless ``ctx.intake``) and unseen results over the
