@@ -155,11 +155,12 @@ class Pipeline:
 
     def summarizing_steps(self) -> list[Condenser]:
         """Steps that write summaries (what a manual request runs), else the last step;
-        with the pipeline's head truncator after them, so that a manual request on a head
-        too big for the window still ends in a view that fits."""
+        with the pipeline's head truncator before them, so that a manual request on a head
+        that leaves the newest messages no room still ends in a view that fits (and the
+        summary gets the room the cut leaves)."""
         found: list[Condenser] = [s for s in self.steps if isinstance(s, SummarizingCondenser)]
         base = found or [self.steps[-1]]
-        return base + [s for s in self.steps if isinstance(s, HeadTruncator) and s not in base]
+        return [s for s in self.steps if isinstance(s, HeadTruncator) and s not in base] + base
 
     # -- running
 
@@ -336,13 +337,15 @@ def default_pipeline(
     2. :class:`ObservationMasker` (a window of the 10 newest tool results),
     2b. :class:`ResultTruncator` (an oversized result, even the newest, shown as its head
        and tail with the way back),
+    2c. :class:`HeadTruncator`, only when the pinned head leaves the newest message group
+       no room (pinned texts shown as head and tail, reversibly: context and the request
+       first, the system prompt and the task only when the head alone is over the
+       budget); before the summary, so that the summary gets the room the cut leaves,
     3. a summary: :class:`LLMSummaryCondenser` with ``model`` (falling back to the
        extractive summary on any failure), or :class:`ExtractiveCondenser` offline,
     4. :class:`WindowCondenser` as the guard when the summary alone cannot reach
        the target (it carries the summary forward, with the facts of what it forgets
-       folded in),
-    5. :class:`HeadTruncator`, only when the pinned head itself leaves the view no room
-       (its texts shown as head and tail, reversibly).
+       folded in).
 
     Args:
         model: Summary model; ``None`` keeps everything offline and free.
@@ -359,9 +362,9 @@ def default_pipeline(
             ToolOutputPruner(),
             ObservationMasker(),
             ResultTruncator(),
+            HeadTruncator(),
             summary,
             WindowCondenser(target_fraction=target_fraction, fold=True),
-            HeadTruncator(),
         ],
         target_fraction=target_fraction,
     )

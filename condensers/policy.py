@@ -186,6 +186,15 @@ class CondensationPolicy:
             of the budget (a small model, a long system prompt), where ``target`` alone
             cannot be reached and the summary would otherwise fill the view back up to
             the budget.
+        headroom_turns: The headroom is also at least this many turns at the session's
+            own pace (the mean tokens a model call added to the view's tail), up to
+            ``max_headroom`` of the room. Where one turn is a large share of the room (a
+            small model: at 4k a turn adds about a quarter of what a 1,700-token head
+            leaves), the summary gets less so that a condensation lasts several turns;
+            where turns are small beside the room ``headroom`` is the larger and this
+            changes nothing. ``0`` turns it off.
+        max_headroom: The most of the room ``headroom_turns`` may keep free (the
+            summary always gets the rest).
         batch_prune: On every check that condenses nothing, run the pipeline's
             :class:`~condensers.ToolOutputPruner` in batch mode: it writes only once the
             old tool output it can compact reaches its ``batch_fraction`` of the
@@ -221,6 +230,8 @@ class CondensationPolicy:
         regrow: float | None = None,
         min_gain: float = 0.1,
         headroom: float = 0.6,
+        headroom_turns: float = 3.0,
+        max_headroom: float = 0.9,
         batch_prune: bool = True,
         max_failures: int = 3,
         retry_after_events: int | None = None,
@@ -245,11 +256,17 @@ class CondensationPolicy:
                 f"need 0 <= regrow <= 1 and 0 <= min_gain < 1, got regrow={regrow}, "
                 f"min_gain={min_gain}"
             )
-        if not 0 <= headroom < 1:
-            raise ConfigurationError(f"need 0 <= headroom < 1, got headroom={headroom}")
+        if not 0 <= headroom < 1 or not 0 <= max_headroom < 1 or headroom_turns < 0:
+            raise ConfigurationError(
+                "need 0 <= headroom < 1, 0 <= max_headroom < 1 and headroom_turns >= 0, got "
+                f"headroom={headroom}, max_headroom={max_headroom}, "
+                f"headroom_turns={headroom_turns}"
+            )
         self.regrow = regrow
         self.min_gain = min_gain
         self.headroom = headroom
+        self.headroom_turns = headroom_turns
+        self.max_headroom = max_headroom
         self.batch_prune = batch_prune
         self.max_failures = max_failures
         self.retry_after_events = retry_after_events
@@ -361,9 +378,13 @@ class CondensationPolicy:
 
     def headroom_tokens(self, view: View) -> int:
         """Tokens a threshold or count run on ``view`` leaves free below the budget:
-        ``headroom`` of the room the pinned head leaves."""
+        ``headroom`` of the room the pinned head leaves, or ``headroom_turns`` turns at
+        the session's pace (:func:`turn_tokens`) when more, up to ``max_headroom`` of it."""
         pinned = sum(i.tokens for i in view.items if i.pinned) + view.extra_tokens
-        return int(self.headroom * max(self.budget.available - pinned, 0))
+        room = max(self.budget.available - pinned, 0)
+        share = int(self.headroom * room)
+        pace = int(self.headroom_turns * turn_tokens(view))
+        return max(share, min(pace, int(self.max_headroom * room)))
 
     def _ctx(self, d: Decision) -> PlanContext:
         return PlanContext(
@@ -762,6 +783,14 @@ def floor_tokens(view: View, *, newest: bool = True) -> int:
     kept = sum(i.tokens for i in items if i.pinned)
     kept += sum(i.tokens for i in items[start:] if not i.pinned)
     return kept + view.extra_tokens
+
+
+def turn_tokens(view: View) -> int:
+    """The mean tokens a model call added to the view's tail: its unpinned messages'
+    tokens over the assistant messages among them (0 when it has none)."""
+    tail = [i for i in view.items if not i.pinned]
+    calls = sum(1 for i in tail if i.message.role == "assistant")
+    return sum(i.tokens for i in tail) // calls if calls else 0
 
 
 def grown_since(view: View, seq: int) -> int:

@@ -384,8 +384,12 @@ class ResultTruncator:
     groups (assistant message plus its results) fit in it, so one break in five turns needs
     a group to take at most about a fifth of the room; the assistant messages alone took
     about 70% of the growth per turn over the benchmark's tuning runs, which leaves the
-    results a few percent. A :class:`~condensers.CondensationPolicy` applies this cap on
-    every check, even when nothing else needs doing.
+    results a few percent. A turn adds about the same tokens whatever the budget, so a
+    smaller room holds fewer turns: below ``fresh_full_room`` (8,000 tokens) the share
+    shrinks with the room, down to ``fresh_min_fraction`` (5%), while a large room, where
+    a turn is a few percent of it, keeps its 8% (a tighter cap there cut error lines out
+    of long outputs for no cache gain). A :class:`~condensers.CondensationPolicy` applies
+    this cap on every check, even when nothing else needs doing.
 
     Args:
         max_fraction: A result over this fraction of the budget's available tokens is
@@ -397,6 +401,11 @@ class ResultTruncator:
         fresh_fraction: Largest share of the conversation room the unseen results may
             take together (``None``: no cap on unseen results).
         fresh_min_tokens: Unseen results under this many tokens are never truncated.
+        fresh_full_room: Rooms of at least this many tokens give the unseen results their
+            whole ``fresh_fraction``; a smaller room gives them proportionally less, down
+            to ``fresh_min_fraction``.
+        fresh_min_fraction: The smallest share of the room the unseen results get
+            (``None``: ``fresh_fraction`` at every size).
     """
 
     name = "truncate_large_results"
@@ -410,6 +419,8 @@ class ResultTruncator:
         protected_tools: Iterable[str] = (),
         fresh_fraction: float | None = 0.08,
         fresh_min_tokens: int = 64,
+        fresh_full_room: int = 8_000,
+        fresh_min_fraction: float | None = 0.05,
     ) -> None:
         if not 0 < keep_fraction < max_fraction <= 1:
             raise ConfigurationError(
@@ -422,12 +433,21 @@ class ResultTruncator:
             )
         if fresh_min_tokens < 16:
             raise ConfigurationError(f"fresh_min_tokens must be >= 16, got {fresh_min_tokens}")
+        if fresh_min_fraction is not None and not (
+            0 < fresh_min_fraction <= (fresh_fraction or 1) and fresh_full_room > 0
+        ):
+            raise ConfigurationError(
+                "need 0 < fresh_min_fraction <= fresh_fraction and fresh_full_room > 0, got "
+                f"fresh_min_fraction={fresh_min_fraction}, fresh_full_room={fresh_full_room}"
+            )
         self.max_fraction = max_fraction
         self.keep_fraction = keep_fraction
         self.min_tokens = min_tokens
         self.protected_tools = frozenset(protected_tools)
         self.fresh_fraction = fresh_fraction
         self.fresh_min_tokens = fresh_min_tokens
+        self.fresh_full_room = fresh_full_room
+        self.fresh_min_fraction = fresh_min_fraction
 
     def settings(self) -> dict[str, Any]:
         return {
@@ -437,6 +457,8 @@ class ResultTruncator:
             "protected_tools": sorted(self.protected_tools),
             "fresh_fraction": self.fresh_fraction,
             "fresh_min_tokens": self.fresh_min_tokens,
+            "fresh_full_room": self.fresh_full_room,
+            "fresh_min_fraction": self.fresh_min_fraction,
         }
 
     def fresh_limit(self, view: View, budget: Budget) -> int | None:
@@ -445,7 +467,11 @@ class ResultTruncator:
             return None
         pinned = sum(i.tokens for i in view.items if i.pinned)
         room = budget.available - pinned - view.summary_tokens - view.extra_tokens
-        return max(math.floor(room * self.fresh_fraction), self.fresh_min_tokens)
+        fraction = self.fresh_fraction
+        if self.fresh_min_fraction is not None and room < self.fresh_full_room:
+            scaled = fraction * max(room, 0) / self.fresh_full_room
+            fraction = max(self.fresh_min_fraction, scaled)
+        return max(math.floor(room * fraction), self.fresh_min_tokens)
 
     def plan(self, view: View, budget: Budget, ctx: PlanContext) -> Proposal | None:
         """Truncate oversized results (unless ``ctx.intake``) and unseen results over the
@@ -530,69 +556,104 @@ def unseen_seqs(view: View) -> set[int]:
 
 
 class HeadTruncator:
-    """Cut the pinned head to its head and tail when it leaves the view no room, reversibly.
+    """Cut pinned texts to their head and tail when the pinned head leaves the newest
+    messages no room, reversibly.
 
-    Every other step keeps the pinned head (system prompt, task, any demonstration before
-    it) verbatim, so a head that alone exceeds the budget (a long system prompt on a small
-    model, a pasted document as the task) would send every later view over the budget.
-    Run last, this step cuts the largest pinned texts to their
-    first two thirds and last third around the line that states the size and the ``recall``
-    reference (a prune with ``keep_chars``: the originals stay in the log), keeping as
-    much as still brings the view down to the run's target. It writes only when the pinned
-    head alone is over the budget (or, on a manual request, which must end in a view that
-    fits, when the head with the newest message group is), so it says so once: the head
-    leaves room for the conversation afterwards.
+    Every other step keeps the pinned head (system prompt, task, anything else the agent
+    sent before its first reply) verbatim. When the head and the newest message group
+    (the last assistant message to the end: what no condensation may drop) are over the
+    budget together, this step cuts pinned texts to their first two thirds and last third
+    around a line that states the size and the ``recall`` reference that returns the text
+    whole (a prune with ``keep_chars``: the originals stay in the log), and notes on the
+    prune what it cut. It plans on that floor, not on the view, so it runs before the
+    summary step (which then gets the room the cut leaves). A text is cut only once (a
+    cut text is not cut again), so context and the request are cut as far as allowed when their
+    turn comes; the system prompt and the task keep as much as still brings the floor
+    down to the run's target.
 
-    What it cuts first: pinned user messages before the task (demonstrations, templates),
-    then the system prompt, then the task itself (a message an importer marked, else the
-    last pinned user message), each group only when the ones before, cut as far as
-    allowed, leave the view over the budget (short of the target, they are cut as far as
-    allowed and the later groups stay whole).
+    What it cuts, in this order, each group only when the ones before it, cut as far as
+    allowed, leave the floor over the budget:
+
+    1. context: pinned user messages other than the task and the request (an environment
+       description, a demonstration, a template);
+    2. the request: the last pinned user message, when the task came before it (a coding
+       agent that sends its instructions file first, then the user's request);
+    3. the system prompt;
+    4. the task: a message an importer marked, else the first pinned user message that is
+       not a demonstration (one starting with a ``demonstration_prefixes`` entry).
+
+    The system prompt and the task are what the model must see whole: an automatic run
+    cuts them only when the pinned head alone is over the budget (it would stay over
+    whatever the turn), and a manual request, which must end in a view that fits, when
+    the head with the newest group is. An automatic run whose newest group is over the
+    budget even beside the cut context and request leaves the head alone: that group
+    passes with the next turn, and cutting the request for it would be for nothing.
 
     Args:
         min_keep_chars: Fewest characters a cut text keeps.
+        demonstration_prefixes: Pinned user messages starting with one of these are
+            demonstrations, never the task (SWE-agent's demonstration template).
     """
 
     name = "truncate_pinned_head"
 
-    def __init__(self, *, min_keep_chars: int = 400) -> None:
+    def __init__(
+        self,
+        *,
+        min_keep_chars: int = 400,
+        demonstration_prefixes: Iterable[str] = ("Here is a demonstration",),
+    ) -> None:
         if min_keep_chars < 64:
             raise ConfigurationError(f"min_keep_chars must be >= 64, got {min_keep_chars}")
         self.min_keep_chars = min_keep_chars
+        self.demonstration_prefixes = tuple(demonstration_prefixes)
 
     def settings(self) -> dict[str, Any]:
-        return {"min_keep_chars": self.min_keep_chars}
+        return {
+            "min_keep_chars": self.min_keep_chars,
+            "demonstration_prefixes": list(self.demonstration_prefixes),
+        }
 
     def plan(self, view: View, budget: Budget, ctx: PlanContext) -> Proposal | None:
         started = time.perf_counter()
         head = sum(i.tokens for i in view.items if i.pinned)
-        if view.tokens <= budget.available:
+        floor = head + newest_group_tokens(view) + view.extra_tokens
+        if floor <= budget.available:
             return None
-        if head <= budget.available and (
-            ctx.trigger != "manual"
-            or head + newest_group_tokens(view) + view.summary_tokens <= budget.available
-        ):
-            # The head fits: it stays verbatim (system prompt and task are what the model
-            # must see whole). Only a manual request, which must end in a view that fits,
-            # cuts a head that leaves no room for the newest messages.
-            return None
-        # Down to the run's target, not just under the budget: cut just to fit, the next
-        # turn would overflow again and cut again. But a later group (the system prompt,
-        # the task) is cut only when the earlier ones, cut as far as allowed, leave the
-        # view over the budget: reaching the target is not worth a system prompt.
-        need = view.tokens - min(ctx.target(budget), budget.available)
-        fit = view.tokens - budget.available
-        groups = _head_groups(view)
+        # A text is cut once (a cut text is not cut again), so context and the request,
+        # when their turn comes, are cut as far as allowed: cut just to fit, the next
+        # large message would leave the view over the budget with nothing left to cut.
+        # The system prompt and the task keep as much as still brings the floor down to
+        # the run's target; each later group is cut only when the earlier ones, cut as
+        # far as allowed, leave the floor over the budget.
+        need = floor - min(ctx.target(budget), budget.available)
+        fit = floor - budget.available
+        groups = head_groups(view, self.demonstration_prefixes)
+        whole_head = head > budget.available or ctx.trigger == "manual"
+        if not whole_head:
+            # The head fits by itself: only context and the request may be cut, and only
+            # when that makes the view fit (else the newest group passes next turn).
+            groups = [(kind, g) for kind, g in groups if kind in CUTTABLE]
         chosen: list[tuple[PartRef, str, int]] = []
-        for group in groups:
+        kinds: dict[tuple[int, int], str] = {}
+        for kind, group in groups:
             chosen.extend(group)
-            keep = _largest_keep(chosen, need, self.min_keep_chars, ctx)
-            if keep is not None:
+            kinds.update(((ref.seq, ref.index), kind) for ref, _, _ in group)
+            if kind in CUTTABLE:
+                if _largest_keep(chosen, fit, self.min_keep_chars, ctx) is not None:
+                    keep = self.min_keep_chars
+                    break
+                continue
+            found = _largest_keep(chosen, need, self.min_keep_chars, ctx)
+            if found is not None:
+                keep = found
                 break
             if _largest_keep(chosen, fit, self.min_keep_chars, ctx) is not None:
                 keep = self.min_keep_chars  # fits: as close to the target as these allow
                 break
         else:
+            if not whole_head:
+                return None
             keep = self.min_keep_chars  # cut everything as far as allowed: the closest fit
         targets: list[PartRef] = []
         freed = 0
@@ -605,10 +666,15 @@ class HeadTruncator:
                 freed += gain
         if not targets:
             return None
+        refs = ", ".join(f'"{r.seq}:{r.index}"' for r in targets)
+        named = {kinds.get((r.seq, r.index)) for r in targets}
+        cut = [k for k in ("context", "request", "system", "task") if k in named]
         note = (
             f"the pinned head ({head:,} tokens) leaves no room in the budget "
-            f"({budget.available:,} available) for the newest messages: "
-            f"{len(targets)} pinned text(s) cut to {keep:,} characters"
+            f"({budget.available:,} available) for the newest messages "
+            f"({floor - head:,} tokens): {len(targets)} pinned text(s) cut to "
+            f"{keep:,} characters ({', '.join(cut)}); recall(ref=...) with {refs} "
+            "returns each whole, and search_history finds what they said"
         )
         proposal = _prune_proposal(self.name, self.settings(), view, targets, freed, ctx, started)
         evt = proposal.event
@@ -629,28 +695,52 @@ def newest_group_tokens(view: View) -> int:
     return sum(i.tokens for i in tail[last:])
 
 
-def _head_groups(view: View) -> list[list[tuple[PartRef, str, int]]]:
-    """Pinned text parts in the order :class:`HeadTruncator` may cut them, largest first in
-    each group: context before the task, the system prompt, the task."""
+HeadGroup = tuple[str, list[tuple[PartRef, str, int]]]
+
+CUTTABLE = ("context", "request")
+"""The pinned texts :class:`HeadTruncator` may cut while the head fits by itself."""
+
+
+def head_groups(view: View, demonstrations: Sequence[str] = ()) -> list[HeadGroup]:
+    """Pinned text parts in the order :class:`HeadTruncator` may cut them, by kind
+    (``context``, ``request``, ``system``, ``task``), largest first in each group.
+
+    The task is a message an importer marked, else the first pinned user message that
+    does not start with one of ``demonstrations`` (else the last one); the request is the
+    last pinned user message when it comes after the task; every other pinned user
+    message is context."""
     pinned = [i for i in view.items if i.pinned]
     users = [i for i in pinned if i.message.role == "user"]
-    marked = [i for i in users if is_marked_task(i.message)]
-    tasks = {i.seq for i in marked} or ({users[-1].seq} if users else set())
-    context: list[tuple[PartRef, str, int]] = []
-    system: list[tuple[PartRef, str, int]] = []
-    task: list[tuple[PartRef, str, int]] = []
+    marked = {i.seq for i in users if is_marked_task(i.message)}
+    if marked:
+        tasks = marked
+    else:
+        first = next(
+            (i for i in users if not i.message.text.lstrip().startswith(tuple(demonstrations))),
+            users[-1] if users else None,
+        )
+        tasks = {first.seq} if first is not None else set()
+    request = users[-1].seq if users and users[-1].seq > max(tasks, default=0) else None
+    kinds: dict[str, list[tuple[PartRef, str, int]]] = {
+        "context": [],
+        "request": [],
+        "system": [],
+        "task": [],
+    }
     for item in pinned:
         for idx, part in enumerate(item.message.parts):
             if not isinstance(part, TextPart) or idx in item.compacted:
                 continue
             entry = (PartRef(seq=item.seq, index=idx), part.text, item.part_tokens[idx])
             if item.seq in tasks:
-                task.append(entry)
+                kinds["task"].append(entry)
+            elif item.seq == request:
+                kinds["request"].append(entry)
             elif item.message.role == "system":
-                system.append(entry)
+                kinds["system"].append(entry)
             else:
-                context.append(entry)
-    return [sorted(g, key=lambda e: -e[2]) for g in (context, system, task) if g]
+                kinds["context"].append(entry)
+    return [(kind, sorted(g, key=lambda e: -e[2])) for kind, g in kinds.items() if g]
 
 
 def _largest_keep(

@@ -306,7 +306,9 @@ def test_a_condensation_leaves_headroom_when_the_head_takes_most_of_the_budget(
     budget = Budget(4096, 512, 205)  # 3,379 available
     policy = CondensationPolicy(budget, token_counter=store.token_counter)
     assert policy.headroom == 0.6
-    full = CondensationPolicy(budget, headroom=0.0, token_counter=store.token_counter)
+    full = CondensationPolicy(
+        budget, headroom=0.0, headroom_turns=0, token_counter=store.token_counter
+    )
     roomy = _big_head_replay(store, policy, 40)
     filled = _big_head_replay(store, full, 40)
     view = store.view(store.create_session().id)  # an empty view: no pinned head
@@ -365,3 +367,53 @@ def test_a_summary_is_left_out_when_that_lets_the_view_through(
     assert isinstance(cond, Condensation)
     whole = cond.carried or cond.summary
     assert whole is not None and "src/m0.py" in whole  # no fact is lost
+
+
+def _paced_replay(store: EventStore, policy: CondensationPolicy, turns: int) -> list[Condensation]:
+    """A 4k model with a 1,700-token head and turns of about 450 tokens (a quarter of the
+    room the head leaves): the condensations written, in order."""
+    sid = store.create_session().id
+    store.append(sid, [Message.system("rules " * 1_100), Message.user("Fix the parser.")])
+    for i in range(turns):
+        policy.maybe_condense(store, sid)
+        store.append(
+            sid,
+            [
+                Message.assistant(f"cat src/mod_{i}.py, then: " + "reasoning " * 120),
+                Message.user(f"ValueError: bad token {i} in src/mod_{i}.py\n" + "line " * 100),
+            ],
+        )
+    return [e.event for e in store.read(sid, kinds=["condensation"])]  # type: ignore[misc]
+
+
+def test_a_condensation_lasts_several_turns_where_a_turn_is_a_large_share_of_the_room(
+    store: EventStore,
+) -> None:
+    """Where one turn takes about a quarter of the room the pinned head leaves, the
+    ``headroom`` share alone (60% of the room) lasts two turns; ``headroom_turns`` keeps
+    room for three turns at the session's pace (up to 90% of the room), so the summary is
+    shorter and the prompt prefix is rewritten less often. Every fact is still carried."""
+    budget = Budget(4096, 512, 205)  # 3,379 available
+    paced = CondensationPolicy(budget, token_counter=store.token_counter, real_counter=False)
+    share = CondensationPolicy(
+        budget, headroom_turns=0, token_counter=store.token_counter, real_counter=False
+    )
+    assert paced.headroom_turns == 3
+    fewer = _paced_replay(store, paced, 40)
+    more = _paced_replay(store, share, 40)
+    assert fewer and len(fewer) * 5 <= len(more) * 4  # a fifth fewer rewrites, at least
+    room = budget.available - 1_700
+    assert max(c.summary_tokens for c in fewer) <= 0.25 * room
+    assert max(c.summary_tokens for c in more) > 0.35 * room
+    last = fewer[-1]
+    whole = last.carried or last.summary or ""
+    assert "src/mod_0.py" in whole  # the first turn's file is still carried
+
+
+def test_headroom_turns_is_checked() -> None:
+    from eventstore.errors import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match="headroom_turns"):
+        CondensationPolicy(_budget(), headroom_turns=-1)
+    with pytest.raises(ConfigurationError, match="max_headroom"):
+        CondensationPolicy(_budget(), max_headroom=1.0)

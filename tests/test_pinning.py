@@ -253,3 +253,87 @@ def test_a_manual_request_that_cannot_fit_says_why(store: EventStore) -> None:
         if isinstance(e.event, Custom) and e.event.name == REQUEST_DECLINED
     ]
     assert isinstance(answer.data, dict) and answer.data["reason"] == out.error
+
+
+INSTRUCTIONS = "# AGENTS.md instructions\n" + "Rule: run the tests before committing.\n" * 30
+ENVIRONMENT = "<environment_context><cwd>/repo</cwd><shell>bash</shell></environment_context>"
+REQUEST = "Refactor billing so that invoices are generated per account, not per user. " * 60
+
+
+def _instructions_then_request(store: EventStore, environment: str = ENVIRONMENT) -> str:
+    """A coding agent's head: its instructions file first, then the environment, then the
+    user's request (the task, by position, is the instructions: the first user message)."""
+    sid = store.create_session().id
+    store.append(sid, [Message.user(INSTRUCTIONS), Message.user(environment)])
+    store.append(sid, [Message.user(REQUEST)])
+    return sid
+
+
+def _pinned_cuts(store: EventStore, sid: str) -> list[Prune]:
+    return [
+        e.event
+        for e in store.read(sid, kinds=["prune"])
+        if isinstance(e.event, Prune) and e.event.strategy == "truncate_pinned_head"
+    ]
+
+
+def test_a_large_newest_message_beside_a_head_that_fits_cuts_the_request_not_the_task(
+    store: EventStore,
+) -> None:
+    """The head fits by itself, but not with a large newest message: the request is cut
+    (its start and end, with the way back), the task and the system prompt stay whole,
+    and the view fits."""
+    sid = _instructions_then_request(store)
+    policy = CondensationPolicy(BUDGET, token_counter=store.token_counter, real_counter=False)
+    for i in range(3):  # ordinary turns: nothing in the head is touched
+        store.append(sid, [Message.assistant(f"step {i}"), Message.user(f"output {i}")])
+        policy.maybe_condense(store, sid)
+    assert _pinned_cuts(store, sid) == []
+    store.append(sid, [Message.assistant("plan: " + "consider the invoice tables " * 320)])
+    store.append(sid, [Message.user("noted")])
+    view = store.view(sid)
+    head = sum(i.tokens for i in view.items if i.pinned)
+    assert head <= BUDGET.available < view.tokens
+    out = policy.maybe_condense(store, sid)
+    assert out.error is None and out.fits
+    messages = store.view(sid).to_messages()
+    assert messages[0]["content"] == INSTRUCTIONS
+    assert messages[1]["content"] == ENVIRONMENT  # too short to gain anything from a cut
+    assert "characters omitted" in messages[2]["content"]
+    assert messages[2]["content"].startswith(REQUEST[:200])
+    (cut,) = _pinned_cuts(store, sid)
+    assert "(request)" in (cut.note or "") and "recall(ref=" in (cut.note or "")
+    assert [store.original(sid, ref).text for ref in cut.targets] == [REQUEST]
+    assert store.verify(sid).ok
+
+
+def test_context_between_the_task_and_the_request_is_cut_before_the_request(
+    store: EventStore,
+) -> None:
+    environment = "<environment_context>\n" + "  <path>/usr/local/bin</path>\n" * 120
+    sid = _instructions_then_request(store, environment)
+    store.append(sid, [Message.assistant("plan: " + "consider the invoice tables " * 220)])
+    store.append(sid, [Message.user("noted")])
+    policy = CondensationPolicy(BUDGET, token_counter=store.token_counter, real_counter=False)
+    out = policy.maybe_condense(store, sid)
+    assert out.fits
+    messages = store.view(sid).to_messages()
+    assert messages[0]["content"] == INSTRUCTIONS
+    assert "characters omitted" in messages[1]["content"]
+    assert messages[2]["content"] == REQUEST  # cutting the environment was enough
+    (cut,) = _pinned_cuts(store, sid)
+    assert "(context)" in (cut.note or "")
+
+
+def test_a_newest_message_too_large_for_any_head_cut_leaves_the_request_whole(
+    store: EventStore,
+) -> None:
+    """An automatic run does not cut the request for a newest message that would leave the
+    view over the budget anyway: that message passes with the next turn."""
+    sid = _instructions_then_request(store)
+    store.append(sid, [Message.assistant("plan: " + "consider the invoice tables " * 600)])
+    store.append(sid, [Message.user("noted")])
+    policy = CondensationPolicy(BUDGET, token_counter=store.token_counter, real_counter=False)
+    policy.maybe_condense(store, sid)
+    assert _pinned_cuts(store, sid) == []
+    assert store.view(sid).to_messages()[2]["content"] == REQUEST

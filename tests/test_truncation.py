@@ -185,3 +185,29 @@ def test_the_unseen_results_of_one_turn_share_the_cap(store: EventStore) -> None
     assert shared_cap([10, 500, 500], 300) == 145
     assert shared_cap([10, 20], 300) == 300
     assert shared_cap([], 300) == 300
+
+
+def test_a_small_room_gives_the_unseen_results_a_smaller_share(store: EventStore) -> None:
+    """A turn adds about the same tokens whatever the budget, so a small room is refilled
+    in fewer turns: its unseen results get a smaller share of it (down to
+    ``fresh_min_fraction``), and a room of ``fresh_full_room`` or more gets the whole
+    ``fresh_fraction``."""
+    sid = store.create_session().id
+    store.append(sid, [Message.system("You fix bugs."), Message.user("Fix parser.py.")])
+    view = store.view(sid)
+    truncator = ResultTruncator()
+    shares = []
+    for window in (4_096, 8_192, 12_288, 32_768):
+        budget = Budget(window, window // 8, window // 20)
+        room = budget.available - view.tokens
+        limit = truncator.fresh_limit(view, budget)
+        assert limit is not None
+        shares.append(limit / room)
+    assert shares == sorted(shares) and shares[0] < shares[-1]
+    assert shares[0] == pytest.approx(0.05, abs=0.001)  # fresh_min_fraction
+    assert shares[-1] == pytest.approx(0.08, abs=0.001)  # fresh_fraction, a large room
+    flat = ResultTruncator(fresh_min_fraction=None)
+    budget = Budget(4_096, 512, 205)
+    assert flat.fresh_limit(view, budget) == int((budget.available - view.tokens) * 0.08)
+    with pytest.raises(ConfigurationError, match="fresh_min_fraction"):
+        ResultTruncator(fresh_min_fraction=0.1)
