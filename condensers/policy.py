@@ -61,7 +61,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from eventstore import llm
@@ -376,6 +376,17 @@ class CondensationPolicy:
                 )
         return Decision(None)
 
+    def run_budget(self, estimate: int, real: int | None) -> Budget:
+        """The budget a run plans with, in the stored estimates: :attr:`budget`, or, when
+        the view's real count (``real``) is over its estimate, a budget whose available
+        tokens are scaled down by as much, so that every step (the head cut's floor, the
+        room the summary and the kept messages get) fits by the real count, not only by
+        the estimates."""
+        if real is None or estimate <= 0 or real <= estimate:
+            return self.budget
+        cut = self.budget.available - max(self.budget.available * estimate // real, 1)
+        return replace(self.budget, buffer=self.budget.buffer + cut)
+
     def headroom_tokens(self, view: View) -> int:
         """Tokens a threshold or count run on ``view`` leaves free below the budget:
         ``headroom`` of the room the pinned head leaves, or ``headroom_turns`` turns at
@@ -504,6 +515,7 @@ class CondensationPolicy:
             # in its own append: one write per check).
             intake = self._intake_plan(view)
             size = self.view_size(intake)
+            estimate = intake.tokens
             decision = self.decide(intake, self.pending_requests(intake), size)
             if decision.trigger is None:
                 if intake is not view:
@@ -523,11 +535,12 @@ class CondensationPolicy:
         else:
             target = min(self.budget.fraction(self.target), view.tokens // 2)
             decision = Decision(trigger, focus, target_tokens=target, force=True)
+            estimate, size = view.tokens, None
         started_on = view.condensation.seq if view.condensation is not None else None
         try:
             out = yield from self.pipeline.routine(
                 session_id,
-                self.budget,
+                self.run_budget(estimate, size),
                 self._ctx(decision),
                 self.options,
                 self._steps(decision),
@@ -572,7 +585,7 @@ class CondensationPolicy:
         try:
             more = yield from self.pipeline.routine(
                 session_id,
-                self.budget,
+                self.run_budget(view.tokens, real),
                 self._ctx(again),
                 self.options,
                 None,
