@@ -377,11 +377,12 @@ class CondensationPolicy:
         return Decision(None)
 
     def run_budget(self, estimate: int, real: int | None) -> Budget:
-        """The budget a run plans with, in the stored estimates: :attr:`budget`, or, when
-        the view's real count (``real``) is over its estimate, a budget whose available
-        tokens are scaled down by as much, so that every step (the head cut's floor, the
-        room the summary and the kept messages get) fits by the real count, not only by
-        the estimates."""
+        """The budget the run after a condensation plans with, in the stored estimates
+        (see :meth:`_recheck`): :attr:`budget`, or, when the view's real count (``real``)
+        is over its estimate, one whose available tokens are scaled down by as much (the
+        difference joins the buffer), so that every step (the head cut's floor, the room
+        the summary and the kept messages get) fits by the real count, not only by the
+        estimates."""
         if real is None or estimate <= 0 or real <= estimate:
             return self.budget
         cut = self.budget.available - max(self.budget.available * estimate // real, 1)
@@ -515,7 +516,6 @@ class CondensationPolicy:
             # in its own append: one write per check).
             intake = self._intake_plan(view)
             size = self.view_size(intake)
-            estimate = intake.tokens
             decision = self.decide(intake, self.pending_requests(intake), size)
             if decision.trigger is None:
                 if intake is not view:
@@ -535,12 +535,11 @@ class CondensationPolicy:
         else:
             target = min(self.budget.fraction(self.target), view.tokens // 2)
             decision = Decision(trigger, focus, target_tokens=target, force=True)
-            estimate, size = view.tokens, None
         started_on = view.condensation.seq if view.condensation is not None else None
         try:
             out = yield from self.pipeline.routine(
                 session_id,
-                self.run_budget(estimate, size),
+                self.budget,
                 self._ctx(decision),
                 self.options,
                 self._steps(decision),
@@ -567,12 +566,12 @@ class CondensationPolicy:
         return out
 
     def _recheck(self, session_id: str, out: Outcome, d: Decision) -> Routine[Outcome]:
-        """After a run that wrote something, count the result with the real tokenizer
+        """After a run, count the result with the real tokenizer
         (when at hand and the session has no usage to go by): a view the estimates put
         under the budget but the tokenizer does not is condensed once more, to a target
-        scaled by how far the estimates ran low."""
-        view = out.view
-        if view is None or not out.condensed or out.error is not None:
+        and a budget (:meth:`run_budget`) scaled by how far the estimates ran low."""
+        view = out.view  # also when the run wrote nothing: the estimates said it fit
+        if view is None or out.error is not None:
             return out
         counter = self.real_counter
         if counter is None or (self.use_usage and view.measured_tokens() != view.tokens):
