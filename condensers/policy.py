@@ -61,7 +61,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from eventstore import llm
@@ -376,6 +376,18 @@ class CondensationPolicy:
                 )
         return Decision(None)
 
+    def run_budget(self, estimate: int, real: int | None) -> Budget:
+        """The budget the run after a condensation plans with, in the stored estimates
+        (see :meth:`_recheck`): :attr:`budget`, or, when the view's real count (``real``)
+        is over its estimate, one whose available tokens are scaled down by as much (the
+        difference joins the buffer), so that every step (the head cut's floor, the room
+        the summary and the kept messages get) fits by the real count, not only by the
+        estimates."""
+        if real is None or estimate <= 0 or real <= estimate:
+            return self.budget
+        cut = self.budget.available - max(self.budget.available * estimate // real, 1)
+        return replace(self.budget, buffer=self.budget.buffer + cut)
+
     def headroom_tokens(self, view: View) -> int:
         """Tokens a threshold or count run on ``view`` leaves free below the budget:
         ``headroom`` of the room the pinned head leaves, or ``headroom_turns`` turns at
@@ -554,12 +566,12 @@ class CondensationPolicy:
         return out
 
     def _recheck(self, session_id: str, out: Outcome, d: Decision) -> Routine[Outcome]:
-        """After a run that wrote something, count the result with the real tokenizer
+        """After a run, count the result with the real tokenizer
         (when at hand and the session has no usage to go by): a view the estimates put
         under the budget but the tokenizer does not is condensed once more, to a target
-        scaled by how far the estimates ran low."""
-        view = out.view
-        if view is None or not out.condensed or out.error is not None:
+        and a budget (:meth:`run_budget`) scaled by how far the estimates ran low."""
+        view = out.view  # also when the run wrote nothing: the estimates said it fit
+        if view is None or out.error is not None:
             return out
         counter = self.real_counter
         if counter is None or (self.use_usage and view.measured_tokens() != view.tokens):
@@ -572,7 +584,7 @@ class CondensationPolicy:
         try:
             more = yield from self.pipeline.routine(
                 session_id,
-                self.budget,
+                self.run_budget(view.tokens, real),
                 self._ctx(again),
                 self.options,
                 None,

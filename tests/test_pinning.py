@@ -5,12 +5,14 @@ is pinned wherever it appears."""
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
 from condensers import CondensationPolicy
 from eventstore import EventStore, InvalidEventError, Message, PartRef, Prune, ToolCallPart
 from eventstore.budget import Budget
+from eventstore.tokens import message_tokens
 from eventstore.views import TASK_MARK
 
 BUDGET = Budget(max_input_tokens=4096, reserved_output=512, buffer=205)
@@ -321,6 +323,45 @@ def test_context_between_the_task_and_the_request_is_cut_before_the_request(
     assert messages[0]["content"] == INSTRUCTIONS
     assert "characters omitted" in messages[1]["content"]
     assert messages[2]["content"] == REQUEST  # cutting the environment was enough
+    (cut,) = _pinned_cuts(store, sid)
+    assert "(context)" in (cut.note or "")
+
+
+class _CountsMore:
+    """A tokenizer that counts 30% more than four characters a token, as cl100k does on
+    code and listings."""
+
+    name = "counts-more"
+
+    def count(self, text: str) -> int:
+        return math.ceil(len(text) * 1.3 / 4) if text else 0
+
+
+def test_a_head_that_fits_only_by_the_estimate_is_cut_to_fit_by_the_real_count(
+    store: EventStore,
+) -> None:
+    """The pinned head and the newest group fit by the stored estimates, but not by the
+    tokenizer the policy checks with: the run plans with a budget scaled down by how far
+    the estimates run low, so the context is cut and the view fits by the real count."""
+    real = _CountsMore()
+    environment = "<environment_context>\n" + "  <path>/usr/local/bin</path>\n" * 120
+    sid = _instructions_then_request(store, environment)
+    head = store.view(sid).tokens
+    newest = (int(BUDGET.available * 0.9) - head - 20) // 7  # tokens, then phrases
+    store.append(sid, [Message.assistant("plan: " + "consider the invoice tables " * newest)])
+    store.append(sid, [Message.user("noted")])
+    view = store.view(sid)
+    assert view.tokens <= BUDGET.available < message_tokens(view.to_messages(), real)
+    policy = CondensationPolicy(BUDGET, token_counter=store.token_counter, real_counter=real)
+    scaled = policy.run_budget(view.tokens, message_tokens(view.to_messages(), real))
+    assert scaled.max_input_tokens == BUDGET.max_input_tokens
+    assert scaled.available < BUDGET.available and scaled.buffer > BUDGET.buffer
+    assert policy.run_budget(view.tokens, view.tokens) is policy.budget
+    out = policy.maybe_condense(store, sid)
+    assert out.error is None
+    after = store.view(sid).to_messages()
+    assert message_tokens(after, real) <= BUDGET.available
+    assert after[0]["content"] == INSTRUCTIONS and after[2]["content"] == REQUEST
     (cut,) = _pinned_cuts(store, sid)
     assert "(context)" in (cut.note or "")
 
