@@ -253,6 +253,12 @@ def write_guarded_prepared(db: Any, w: Write) -> bool:
                 db.autocommit = False
     stmt = _guarded(len(w.event_rows), len(w.part_rows))
     values = _text_values(w)
+    return _run_prepared(pgconn, stmt, values).get_value(0, 0) not in (None, b"0")
+
+
+def _run_prepared(pgconn: Any, stmt: _Statement, values: list[Any]) -> Any:
+    """``stmt``'s result on ``pgconn``, prepared there first when it is not yet."""
+    pq = libpq()
     res = pgconn.exec_prepared(stmt.name, values)
     if res.status == pq.FATAL and res.error_field(pq.SQLSTATE) == b"26000":
         # Not prepared on this connection yet (or deallocated since: psycopg deallocates
@@ -263,7 +269,7 @@ def write_guarded_prepared(db: Any, w: Write) -> bool:
         res = pgconn.exec_prepared(stmt.name, values)
     if res.status != pq.TUPLES_OK:
         raise pq.error_from_result(res, encoding="utf-8")
-    return res.get_value(0, 0) not in (None, b"0")
+    return res
 
 
 # Citus. On distributed tables the guarded statement above (a CTE over four tables that
@@ -470,16 +476,7 @@ def write_routed(db: Any, w: Write, lock_timeout_ms: int) -> bool:
         finally:
             db.autocommit = auto
         return bool(row and row[0])
-    res = pgconn.exec_prepared(_ROUTED_CALL.name, params)
-    if res.status == pq.FATAL and res.error_field(pq.SQLSTATE) == b"26000":
-        # Not prepared on this connection yet (or deallocated since).
-        made = pgconn.prepare(_ROUTED_CALL.name, _ROUTED_CALL.numbered)
-        if made.status != pq.COMMAND_OK:
-            raise pq.error_from_result(made, encoding="utf-8")
-        res = pgconn.exec_prepared(_ROUTED_CALL.name, params)
-    if res.status != pq.TUPLES_OK:
-        raise pq.error_from_result(res, encoding="utf-8")
-    return res.get_value(0, 0) == b"t"
+    return _run_prepared(pgconn, _ROUTED_CALL, params).get_value(0, 0) == b"t"
 
 
 def insert_rows_routed(
