@@ -592,8 +592,9 @@ class HeadTruncator:
     cuts them only when the pinned head alone is over the budget (it would stay over
     whatever the turn), and a manual request, which must end in a view that fits, when
     the head with the newest group is. An automatic run whose newest group is over the
-    budget even beside the cut context and request leaves the head alone: that group
-    passes with the next turn, and cutting the request for it would be for nothing.
+    budget even beside the cut context and request leaves the head alone: cutting the
+    request for it would be for nothing (:class:`NewestTruncator` cuts that group's own
+    text instead).
 
     Args:
         min_keep_chars: Fewest characters a cut text keeps.
@@ -733,11 +734,10 @@ class NewestTruncator:
         floor = head + newest_group_tokens(view)
         if floor <= budget.available or head > budget.available:
             return None
-        tail = [i for i in view.items if not i.pinned]
-        last = max((n for n, i in enumerate(tail) if i.message.role == "assistant"), default=None)
-        if last is None or last == len(tail) - 1:
+        group = newest_group(view)
+        if len(group) < 2 or group[0].message.role != "assistant":
             return None
-        item = tail[last]
+        item = group[0]
         chosen = [
             (PartRef(seq=item.seq, index=idx), part.text, item.part_tokens[idx])
             for idx, part in enumerate(item.message.parts)
@@ -771,14 +771,17 @@ class NewestTruncator:
         return proposal
 
 
-def newest_group_tokens(view: View) -> int:
-    """Tokens of what no condensation may drop after the pinned head: the newest message
-    group (the last assistant message to the end) among the unpinned items."""
+def newest_group(view: View) -> list[ViewItem]:
+    """What no condensation may drop after the pinned head: the newest message group (the
+    last assistant message to the end) among the unpinned items, else the last of them."""
     tail = [i for i in view.items if not i.pinned]
     last = max((n for n, i in enumerate(tail) if i.message.role == "assistant"), default=None)
-    if last is None:
-        return sum(i.tokens for i in tail[-1:])
-    return sum(i.tokens for i in tail[last:])
+    return tail[-1:] if last is None else tail[last:]
+
+
+def newest_group_tokens(view: View) -> int:
+    """Tokens of :func:`newest_group`."""
+    return sum(i.tokens for i in newest_group(view))
 
 
 HeadGroup = tuple[str, list[tuple[PartRef, str, int]]]
