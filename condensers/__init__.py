@@ -30,7 +30,13 @@ from .policy import (
     complete,
     is_context_window_error,
 )
-from .pruning import HeadTruncator, ObservationMasker, ResultTruncator, ToolOutputPruner
+from .pruning import (
+    HeadTruncator,
+    NewestTruncator,
+    ObservationMasker,
+    ResultTruncator,
+    ToolOutputPruner,
+)
 from .summarizing import (
     HEADINGS,
     TEMPLATE_VERSION,
@@ -60,6 +66,7 @@ __all__ = [
     "HeadTruncator",
     "LLMSummarizer",
     "LLMSummaryCondenser",
+    "NewestTruncator",
     "ObservationMasker",
     "ResultTruncator",
     "Outcome",

@@ -18,7 +18,13 @@ from eventstore.views import apply_event
 
 from ._io import Routine, Work, adrive, append, drive, read_view
 from .base import Condenser, PlanContext, Proposal
-from .pruning import HeadTruncator, ObservationMasker, ResultTruncator, ToolOutputPruner
+from .pruning import (
+    HeadTruncator,
+    NewestTruncator,
+    ObservationMasker,
+    ResultTruncator,
+    ToolOutputPruner,
+)
 from .summarizing import ExtractiveCondenser, LLMSummaryCondenser, SummarizingCondenser
 from .window import WindowCondenser
 
@@ -82,11 +88,16 @@ class Outcome:
     """Re-plans caused by concurrent appends."""
     planned_on: View | None = None
     """The view the run planned against (after any re-read)."""
+    real_tokens: int | None = None
+    """The final view's size by a real tokenizer, when the run was checked with one (a
+    :class:`~condensers.CondensationPolicy` counts the result of every run this way:
+    see its ``real_counter``)."""
 
     @property
     def fits(self) -> bool:
-        """Whether the final view fits the budget."""
-        return self.tokens_after <= self.available
+        """Whether the final view fits the budget: by the stored estimates and, when
+        counted, by the real tokenizer."""
+        return max(self.tokens_after, self.real_tokens or 0) <= self.available
 
     @property
     def condensed(self) -> bool:
@@ -341,6 +352,9 @@ def default_pipeline(
        no room (pinned texts shown as head and tail, reversibly: context and the request
        first, the system prompt and the task only when the head alone is over the
        budget); before the summary, so that the summary gets the room the cut leaves,
+    2d. :class:`NewestTruncator`, only when the head fits by itself but not beside the
+       newest message group: the newest assistant message's text shown as its head and
+       tail, reversibly (its tool calls stay whole),
     3. a summary: :class:`LLMSummaryCondenser` with ``model`` (falling back to the
        extractive summary on any failure), or :class:`ExtractiveCondenser` offline,
     4. :class:`WindowCondenser` as the guard when the summary alone cannot reach
@@ -363,6 +377,7 @@ def default_pipeline(
             ObservationMasker(),
             ResultTruncator(),
             HeadTruncator(),
+            NewestTruncator(),
             summary,
             WindowCondenser(target_fraction=target_fraction, fold=True),
         ],

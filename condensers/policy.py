@@ -214,7 +214,10 @@ class CondensationPolicy:
         real_counter: Checks a view that comes near the threshold with a real tokenizer
             when the session has no recorded usage for it, and decides on the larger of
             that count and the stored estimates, so that an estimate running low never
-            lets an overflowing view through. Default: tiktoken ``cl100k_base`` when it
+            lets an overflowing view through; the result of every run is counted with it
+            too (:attr:`Outcome.real_tokens`), and condensed once more, with the budget
+            scaled by how far the estimates ran low, when it is over the budget by that
+            count (see :meth:`run_budget`). Default: tiktoken ``cl100k_base`` when it
             can be read offline (litellm ships it), else the estimates alone; ``False``
             turns the check off.
     """
@@ -566,17 +569,19 @@ class CondensationPolicy:
         return out
 
     def _recheck(self, session_id: str, out: Outcome, d: Decision) -> Routine[Outcome]:
-        """After a run, count the result with the real tokenizer
-        (when at hand and the session has no usage to go by): a view the estimates put
-        under the budget but the tokenizer does not is condensed once more, to a target
-        and a budget (:meth:`run_budget`) scaled by how far the estimates ran low."""
+        """After a run, count the result with the real tokenizer (when at hand and the
+        session has no usage to go by), into :attr:`Outcome.real_tokens`: a view the
+        estimates put under the budget but the tokenizer does not is condensed once more,
+        to a target and a budget (:meth:`run_budget`) scaled by how far the estimates ran
+        low, and counted again. A view still over the budget by the tokenizer after that
+        is as small as the rules allow: the outcome says so (``fits`` is false)."""
         view = out.view  # also when the run wrote nothing: the estimates said it fit
         if view is None or out.error is not None:
             return out
         counter = self.real_counter
         if counter is None or (self.use_usage and view.measured_tokens() != view.tokens):
             return out
-        real = message_tokens(view.to_messages(), counter)
+        real = out.real_tokens = message_tokens(view.to_messages(), counter)
         if real <= self.budget.available or view.tokens <= 0:
             return out
         target = self.budget.fraction(self.target) * view.tokens // real
@@ -593,9 +598,13 @@ class CondensationPolicy:
             )
         except ConflictError:
             return out
+        if not more.steps or more.view is None:
+            return out
         more.tokens_before = out.tokens_before
+        more.available = out.available  # the budget's, not the scaled one planned with
         more.steps[:0] = out.steps
         more.trigger = out.trigger
+        more.real_tokens = message_tokens(more.view.to_messages(), counter)
         return more
 
     def _batch(self, session_id: str, view: View) -> Routine[Outcome | None]:
@@ -757,9 +766,11 @@ def race_message(seq: int) -> str:
 
 
 def unfit_message(out: Outcome) -> str:
-    """What a manual run that could not make the view fit says."""
+    """What a manual run that could not make the view fit says (by the larger of the
+    stored estimates and the tokenizer's count)."""
     return (
-        f"the view still needs {out.tokens_after:,} tokens of {out.available:,} "
+        f"the view still needs {max(out.tokens_after, out.real_tokens or 0):,} tokens of "
+        f"{out.available:,} "
         "available: the pinned head and the newest messages alone are over the "
         "budget (use a larger budget, or a shorter system prompt or task)"
     )

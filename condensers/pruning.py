@@ -33,7 +33,13 @@ if TYPE_CHECKING:
     from eventstore.budget import Budget
     from eventstore.views import View, ViewItem
 
-__all__ = ["ToolOutputPruner", "ObservationMasker", "ResultTruncator", "HeadTruncator"]
+__all__ = [
+    "ToolOutputPruner",
+    "ObservationMasker",
+    "ResultTruncator",
+    "HeadTruncator",
+    "NewestTruncator",
+]
 
 
 def _placeholder_tokens(view: View, ctx: PlanContext, ref: PartRef) -> int:
@@ -586,8 +592,9 @@ class HeadTruncator:
     cuts them only when the pinned head alone is over the budget (it would stay over
     whatever the turn), and a manual request, which must end in a view that fits, when
     the head with the newest group is. An automatic run whose newest group is over the
-    budget even beside the cut context and request leaves the head alone: that group
-    passes with the next turn, and cutting the request for it would be for nothing.
+    budget even beside the cut context and request leaves the head alone: cutting the
+    request for it would be for nothing (:class:`NewestTruncator` cuts that group's own
+    text instead).
 
     Args:
         min_keep_chars: Fewest characters a cut text keeps.
@@ -685,14 +692,96 @@ class HeadTruncator:
         return proposal
 
 
-def newest_group_tokens(view: View) -> int:
-    """Tokens of what no condensation may drop after the pinned head: the newest message
-    group (the last assistant message to the end) among the unpinned items."""
+class NewestTruncator:
+    """Cut the newest assistant message's text to its head and tail when the pinned head
+    fits by itself but not beside the newest message group, reversibly.
+
+    Every other step keeps the newest message group (the last assistant message to the
+    end) whole, and :class:`HeadTruncator` keeps the system prompt and the task verbatim
+    while the head alone fits. When the two together are still over the budget (a long
+    task beside a reply that thinks aloud at length), this step shows the text parts of
+    the group's assistant message as their first two thirds and last third around a line
+    that states the size and the ``recall`` reference that returns the text whole (a
+    prune with ``keep_chars``: the original stays in the log), and notes on the prune
+    what it cut. The tool calls stay whole: they are what ran, and each must stay beside
+    its result. No prompt cache is lost: the message is the model's own latest reply,
+    which no view sent before carried. A text is cut only once, so it is cut as far as
+    allowed (``min_keep_chars``): the stored estimates run low on the code and listings a
+    reply holds, and a cut sized by them could leave the view over the model's window
+    with nothing left to cut.
+
+    It leaves the group alone when the assistant message is the view's last message (the
+    newest message stays as it was written), when it has no text to cut, and when the
+    head alone is over the budget (the head cut's case).
+
+    Args:
+        min_keep_chars: Fewest characters a cut text keeps.
+    """
+
+    name = "truncate_newest_text"
+
+    def __init__(self, *, min_keep_chars: int = 400) -> None:
+        if min_keep_chars < 64:
+            raise ConfigurationError(f"min_keep_chars must be >= 64, got {min_keep_chars}")
+        self.min_keep_chars = min_keep_chars
+
+    def settings(self) -> dict[str, Any]:
+        return {"min_keep_chars": self.min_keep_chars}
+
+    def plan(self, view: View, budget: Budget, ctx: PlanContext) -> Proposal | None:
+        started = time.perf_counter()
+        head = sum(i.tokens for i in view.items if i.pinned) + view.extra_tokens
+        floor = head + newest_group_tokens(view)
+        if floor <= budget.available or head > budget.available:
+            return None
+        group = newest_group(view)
+        if len(group) < 2 or group[0].message.role != "assistant":
+            return None
+        item = group[0]
+        chosen = [
+            (PartRef(seq=item.seq, index=idx), part.text, item.part_tokens[idx])
+            for idx, part in enumerate(item.message.parts)
+            if isinstance(part, TextPart) and idx not in item.compacted
+        ]
+        keep = self.min_keep_chars
+        targets: list[PartRef] = []
+        freed = 0
+        for ref, text, tokens in chosen:
+            if len(text) <= keep:
+                continue
+            gain = tokens - ctx.token_counter.count(truncated_text(ref, text, keep))
+            if gain > 0:
+                targets.append(ref)
+                freed += gain
+        if not targets:
+            return None
+        refs = ", ".join(f'"{r.seq}:{r.index}"' for r in targets)
+        note = (
+            f"the pinned head ({head:,} tokens) and the newest messages "
+            f"({floor - head:,} tokens) are over the budget ({budget.available:,} "
+            f"available): the newest assistant text cut to {keep:,} characters; "
+            f"recall(ref=...) with {refs} returns it whole"
+        )
+        proposal = _prune_proposal(self.name, self.settings(), view, targets, freed, ctx, started)
+        evt = proposal.event
+        assert isinstance(evt, Prune)
+        evt.keep_chars = keep
+        evt.note = note
+        proposal.notes.append(note)
+        return proposal
+
+
+def newest_group(view: View) -> list[ViewItem]:
+    """What no condensation may drop after the pinned head: the newest message group (the
+    last assistant message to the end) among the unpinned items, else the last of them."""
     tail = [i for i in view.items if not i.pinned]
     last = max((n for n, i in enumerate(tail) if i.message.role == "assistant"), default=None)
-    if last is None:
-        return sum(i.tokens for i in tail[-1:])
-    return sum(i.tokens for i in tail[last:])
+    return tail[-1:] if last is None else tail[last:]
+
+
+def newest_group_tokens(view: View) -> int:
+    """Tokens of :func:`newest_group`."""
+    return sum(i.tokens for i in newest_group(view))
 
 
 HeadGroup = tuple[str, list[tuple[PartRef, str, int]]]

@@ -10,10 +10,11 @@
 
 Names: ``prune`` (:class:`ToolOutputPruner`), ``mask`` (:class:`ObservationMasker`),
 ``truncate_results`` (:class:`ResultTruncator`), ``truncate_head`` (:class:`HeadTruncator`),
-``summarize`` (:class:`ExtractiveCondenser`, or :class:`LLMSummaryCondenser` when a
-``model`` is given), ``llm`` (:class:`LLMSummaryCondenser`, needs ``model``), ``window``
-(:class:`WindowCondenser`) and ``truncate`` (a window that keeps 70% of the budget and says
-``[N earlier messages truncated to fit context window]``). :func:`register` adds your own.
+``truncate_newest`` (:class:`NewestTruncator`), ``summarize`` (:class:`ExtractiveCondenser`,
+or :class:`LLMSummaryCondenser` when a ``model`` is given), ``llm``
+(:class:`LLMSummaryCondenser`, needs ``model``), ``window`` (:class:`WindowCondenser`) and
+``truncate`` (a window that keeps 70% of the budget and says ``[N earlier messages
+truncated to fit context window]``). :func:`register` adds your own.
 """
 
 from __future__ import annotations
@@ -25,7 +26,13 @@ from eventstore.errors import ConfigurationError
 
 from .base import Condenser
 from .pipeline import Pipeline
-from .pruning import HeadTruncator, ObservationMasker, ResultTruncator, ToolOutputPruner
+from .pruning import (
+    HeadTruncator,
+    NewestTruncator,
+    ObservationMasker,
+    ResultTruncator,
+    ToolOutputPruner,
+)
 from .summarizing import ExtractiveCondenser, LLMSummaryCondenser
 from .window import TRUNCATION_NOTE, WindowCondenser
 
@@ -57,6 +64,7 @@ STRATEGIES: dict[str, Factory] = {
     "mask": ObservationMasker,
     "truncate_results": ResultTruncator,
     "truncate_head": HeadTruncator,
+    "truncate_newest": NewestTruncator,
     "summarize": _summarize,
     "llm": _llm,
     "window": WindowCondenser,
@@ -70,6 +78,7 @@ _TAKES = {
     "mask": (),
     "truncate_results": (),
     "truncate_head": (),
+    "truncate_newest": (),
     "summarize": ("model", "target_fraction"),
     "llm": ("model", "target_fraction"),
     "window": ("target_fraction",),

@@ -221,18 +221,21 @@ class WindowCondenser:
         """The same forgotten range again with the shown summary cut to the room, when
         nothing more can be forgotten and the summary alone holds the view over the budget
         (a large newest message after the pinned head); the summary is left out when not
-        a line of it fits. The whole summary is carried, so the next condensation builds
-        on every fact, and ``search_history`` still finds what it named.
+        a line of it fits, and also when the pinned head and the newest group are over the
+        budget by themselves but within its buffer (the view is then inside the model's
+        window, as :func:`~condensers.base.fit_summary` rules). The whole summary is
+        carried, so the next condensation builds on every fact, and ``search_history``
+        still finds what it named.
 
-        ``None`` when the view fits, has no summary, or is over the budget without it (the
-        pinned head and the newest group alone: :class:`~condensers.HeadTruncator`'s case).
+        ``None`` when the view fits, has no summary, or is over the window without it (the
+        pinned head and the newest group alone: the head and newest-text cuts' case).
         """
         prev = previous_condensation(view)
         if prev is None or not prev.summary or view.tokens <= budget.available:
             return None
         room = summary_room(view, 0, budget, ctx)
         framing = MESSAGE_OVERHEAD + ctx.token_counter.count(view.options.summary_prefix)
-        if room + framing < 0:
+        if room + framing < -budget.buffer:
             return None
         shown = fit_summary(prev.summary, room, ctx.token_counter) if room > 0 else None
         whole = prev.carried or prev.summary

@@ -10,7 +10,15 @@ import math
 import pytest
 
 from condensers import CondensationPolicy
-from eventstore import EventStore, InvalidEventError, Message, PartRef, Prune, ToolCallPart
+from eventstore import (
+    Condensation,
+    EventStore,
+    InvalidEventError,
+    Message,
+    PartRef,
+    Prune,
+    ToolCallPart,
+)
 from eventstore.budget import Budget
 from eventstore.tokens import message_tokens
 from eventstore.views import TASK_MARK
@@ -173,7 +181,7 @@ def _head_just_under(store: EventStore, budget: Budget) -> str:
 
 def test_a_head_that_fits_alone_stays_verbatim_on_automatic_runs(store: EventStore) -> None:
     """Automatic runs keep a head that fits verbatim, even when the newest messages leave
-    the view over the budget (no condensation could avoid that)."""
+    no room beside it (the newest reply's text is cut instead)."""
     budget = Budget(max_input_tokens=4_096, reserved_output=512, buffer=205)
     sid = _head_just_under(store, budget)
     task = store.view(sid).to_messages()[1]["content"]
@@ -370,11 +378,172 @@ def test_a_newest_message_too_large_for_any_head_cut_leaves_the_request_whole(
     store: EventStore,
 ) -> None:
     """An automatic run does not cut the request for a newest message that would leave the
-    view over the budget anyway: that message passes with the next turn."""
+    view over the budget anyway: that message's own text is cut instead (not forgotten)."""
     sid = _instructions_then_request(store)
-    store.append(sid, [Message.assistant("plan: " + "consider the invoice tables " * 600)])
+    plan = "plan: " + "consider the invoice tables " * 600
+    store.append(sid, [Message.assistant(plan)])
     store.append(sid, [Message.user("noted")])
     policy = CondensationPolicy(BUDGET, token_counter=store.token_counter, real_counter=False)
-    policy.maybe_condense(store, sid)
+    assert policy.maybe_condense(store, sid).fits
     assert _pinned_cuts(store, sid) == []
-    assert store.view(sid).to_messages()[2]["content"] == REQUEST
+    messages = store.view(sid).to_messages()
+    assert messages[2]["content"] == REQUEST
+    assert messages[3]["role"] == "assistant" and messages[3]["content"].startswith("plan: ")
+    assert "characters omitted" in messages[3]["content"] and messages[4]["content"] == "noted"
+
+
+def _newest_cuts(store: EventStore, sid: str) -> list[Prune]:
+    return [
+        e.event
+        for e in store.read(sid, kinds=["prune"])
+        if isinstance(e.event, Prune) and e.event.strategy == "truncate_newest_text"
+    ]
+
+
+def test_a_long_newest_reply_beside_a_task_that_fits_has_its_text_cut_not_its_call(
+    store: EventStore,
+) -> None:
+    """The head fits by itself but not beside the newest group, and there is no context or
+    request to cut: the newest reply's text is cut as far as allowed (its start and end,
+    with the way back), its tool call and result and the task stay whole, the view fits,
+    and the next turn keeps the cut (no second rewrite of what was sent)."""
+    sid = store.create_session().id
+    system = "You are a coding agent."
+    store.append(sid, [Message.system(system), Message.user(REQUEST)])
+    thought = "THOUGHT: " + "consider the invoice tables and their totals " * 260
+    args = json.dumps({"command": "grep -rn invoice billing/"})
+    call = ToolCallPart(id="c1", name="bash", arguments=args)
+    found = "billing/invoice.py:3: class Invoice"
+    store.append(sid, [Message.assistant(thought, tool_calls=[call])])
+    store.append(sid, [Message.tool("c1", found, name="bash")])
+    view = store.view(sid)
+    assert sum(i.tokens for i in view.items if i.pinned) <= BUDGET.available < view.tokens
+    policy = CondensationPolicy(BUDGET, token_counter=store.token_counter, real_counter=False)
+    out = policy.maybe_condense(store, sid)
+    assert out.error is None and out.fits
+    assert [s.condenser for s in out.steps] == ["truncate_newest_text"]
+    sent = store.view(sid).to_messages()
+    assert [m["content"] for m in sent[:2]] == [system, REQUEST]
+    reply = sent[2]
+    assert "characters omitted" in reply["content"] and reply["content"].startswith("THOUGHT: ")
+    assert len(reply["content"]) < 600
+    assert reply["tool_calls"][0]["function"]["arguments"] == args
+    assert sent[3]["content"] == found
+    (cut,) = _newest_cuts(store, sid)
+    assert cut.keep_chars == 400 and "newest assistant text" in (cut.note or "")
+    assert store.original(sid, cut.targets[0]).text == thought
+    assert store.verify(sid).ok
+    store.append(
+        sid,
+        [
+            Message.assistant(
+                "Reading it.", tool_calls=[ToolCallPart(id="c2", name="bash", arguments="{}")]
+            )
+        ],
+    )
+    store.append(sid, [Message.tool("c2", "class Invoice: ...", name="bash")])
+    policy.maybe_condense(store, sid)
+    assert store.view(sid).to_messages()[: len(sent)] == sent
+    assert len(_newest_cuts(store, sid)) == 1
+
+
+def test_a_reply_that_ends_the_view_is_not_cut(store: EventStore) -> None:
+    """The newest message stays as it was written: a reply with nothing after it is left
+    whole, and the outcome says the view does not fit."""
+    sid = store.create_session().id
+    store.append(sid, [Message.system("You are a coding agent."), Message.user(REQUEST)])
+    store.append(sid, [Message.assistant("THOUGHT: " + "consider the invoice tables " * 500)])
+    policy = CondensationPolicy(BUDGET, token_counter=store.token_counter, real_counter=False)
+    out = policy.maybe_condense(store, sid)
+    assert not out.fits and _newest_cuts(store, sid) == []
+
+
+def _summary(entries: int) -> str:
+    files = "\n".join(f"- billing/module_{i}.py: read, changed" for i in range(entries))
+    commands = "\n".join(f"- pytest tests/test_module_{i}.py -q" for i in range(entries))
+    return f"## Files\n{files}\n## Commands\n{commands}"
+
+
+def _condensed_then_newest(store: EventStore, summary: str, task: str) -> str:
+    """A head, a condensation with ``summary`` over two old steps, and a newest group."""
+    sid = store.create_session().id
+    store.append(sid, [Message.system("You are a coding agent."), Message.user(task)])
+    store.append(sid, steps(2))
+    store.append(
+        sid, [Condensation(forgotten_from=3, forgotten_to=6, summary=summary, pinned=[1, 2])]
+    )
+    call = ToolCallPart(id="n1", name="bash", arguments=json.dumps({"command": "pytest -q"}))
+    store.append(sid, [Message.assistant("Running the tests.", tool_calls=[call])])
+    store.append(sid, [Message.tool("n1", "3 passed", name="bash")])
+    return sid
+
+
+def test_a_summary_the_tokenizer_puts_over_the_window_is_cut_when_nothing_else_can_go(
+    store: EventStore,
+) -> None:
+    """The stored estimates say the view fits, the tokenizer the policy checks with puts it
+    over the window, and nothing more can be forgotten (only the newest group follows the
+    summary): the summary in view is cut down so the view fits by the tokenizer, and the
+    whole summary is carried for the next condensation."""
+    real = _CountsMore()
+    summary = _summary(40)
+    sid = _condensed_then_newest(store, summary, "Task: " + "word " * 1_600)
+    view = store.view(sid)
+    window = BUDGET.available + BUDGET.buffer
+    assert view.tokens <= BUDGET.available and message_tokens(view.to_messages(), real) > window
+    policy = CondensationPolicy(BUDGET, token_counter=store.token_counter, real_counter=real)
+    out = policy.maybe_condense(store, sid)
+    assert out.error is None and out.fits
+    after = store.view(sid)
+    assert out.real_tokens == message_tokens(after.to_messages(), real) <= BUDGET.available
+    assert after.summary is not None and len(after.summary) < len(summary)
+    assert [i.seq for i in after.items] == [1, 2, 8, 9]  # head and newest group, whole
+    newest = after.condensation
+    assert newest is not None and isinstance(newest.event, Condensation)
+    assert newest.event.carried == summary
+    assert store.verify(sid).ok
+
+
+def test_a_floor_over_the_budget_within_its_buffer_leaves_the_summary_out(
+    store: EventStore,
+) -> None:
+    """The pinned head and the newest group are over the budget by less than its buffer,
+    and nothing in them may be cut: the summary is left out (the view is then inside the
+    model's window) and carried whole for the next condensation."""
+    summary = _summary(20)
+    sid = _condensed_then_newest(store, summary, "Task: " + "word " * 2_690)
+    view = store.view(sid)
+    floor = sum(i.tokens for i in view.items)  # the head and the newest group
+    assert BUDGET.available < floor <= BUDGET.available + BUDGET.buffer
+    policy = CondensationPolicy(BUDGET, token_counter=store.token_counter, real_counter=False)
+    out = policy.maybe_condense(store, sid)
+    after = store.view(sid)
+    assert after.summary is None and out.tokens_after == floor
+    newest = after.condensation
+    assert newest is not None and isinstance(newest.event, Condensation)
+    assert newest.event.carried == summary
+
+
+def test_a_view_the_tokenizer_puts_over_the_budget_at_the_floor_says_so(
+    store: EventStore,
+) -> None:
+    """The system prompt, the task and a newest call whose arguments nothing may cut are
+    over the budget by the tokenizer though not by the estimates: the outcome says so
+    (``fits`` false, the tokenizer's count), and the task stays whole."""
+    real = _CountsMore()
+    sid = store.create_session().id
+    task = "Task: " + "word " * 1_200
+    store.append(sid, [Message.system("You are a coding agent."), Message.user(task)])
+    body = json.dumps({"text": "data " * 1_400})
+    store.append(
+        sid,
+        [Message.assistant("", tool_calls=[ToolCallPart(id="w", name="write", arguments=body)])],
+    )
+    store.append(sid, [Message.tool("w", "written", name="write")])
+    view = store.view(sid)
+    assert view.tokens <= BUDGET.available < message_tokens(view.to_messages(), real)
+    policy = CondensationPolicy(BUDGET, token_counter=store.token_counter, real_counter=real)
+    out = policy.maybe_condense(store, sid)
+    assert out.error is None and not out.fits
+    assert out.real_tokens is not None and out.real_tokens > BUDGET.available
+    assert store.view(sid).to_messages()[1]["content"] == task
