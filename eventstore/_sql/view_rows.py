@@ -624,27 +624,34 @@ _UNSTATED = "(payload || '')"
 _BOTH = {"pt": ("p", "t"), "qu": ("q", "u")}
 
 
-#: The function's variables its statements read, passed to each as ``EXECUTE`` parameters
-#: (see :func:`_executed`).
-_PASSED = ("a_tenant", "a_bound", "v_pin", "v_ft", "v_cs", "v_stamps")
+#: The function's variables its statements read, with their types: each is written into
+#: the statement's text as a literal (see :func:`_executed`).
+_PASSED = (
+    ("a_session", "varchar"), ("a_tenant", "varchar"), ("a_bound", "bigint"),
+    ("v_pin", "bigint[]"), ("v_ft", "bigint"), ("v_cs", "bigint"), ("v_stamps", "integer[]"),
+)  # fmt: skip
 
 
 def _executed(stmt: str) -> str:
     """``stmt``, written with the routed view function's variables, as the PL/pgSQL
-    ``EXECUTE`` that runs it with the session written into its text as a literal
-    (``v_session``) and the other variables as parameters.
+    ``EXECUTE`` that runs it with every variable written into its text as a literal.
 
     Citus plans a statement whose session is a constant and whose shard is on this node
     straight against the shard's table, once. With the session as a parameter (a
     variable in a static statement) it leaves the shard to execution time, then writes
     the statement out for the shard, parses that text and plans it again, on every call:
     the view's statements took about a third more of the worker's CPU that way (3.2
-    against 2.2 ms a view, medians of 7 alternated rounds of 200 calls)."""
-    used = [v for v in _PASSED if re.search(rf"\b{v}\b", stmt)]
-    for i, v in enumerate(used, 1):
-        stmt = re.sub(rf"\b{v}\b", f"${i}", stmt)
-    text = " || v_session || ".join(f"$q${piece}$q$" for piece in stmt.split("a_session"))
-    return f"EXECUTE {text}" + (f" USING {', '.join(used)}" if used else "")
+    against 2.2 ms a view, medians of 7 alternated rounds of 200 calls). The other
+    values are literals too (``quote_nullable``, cast to their types), so that every
+    statement is planned with all its values in every path Citus takes (under
+    ``EXPLAIN ANALYZE``, as ``auto_explain`` runs it, Citus plans the shard's statement
+    without the values of an ``EXECUTE``'s parameters)."""
+    for name, sql_type in _PASSED:
+        # The session as the bare literal Citus routes by; NULL is a value here too.
+        quoted = f"quote_literal({name})" if name == "a_session" else f"quote_nullable({name})"
+        cast = "" if name == "a_session" else f"::{sql_type}"
+        stmt = re.sub(rf"\b{name}\b", f"$q$ || {quoted} || $q${cast}", stmt)
+    return f"EXECUTE $q${stmt}$q$".replace(" || $q$$q$", "")
 
 
 @functools.cache
@@ -657,11 +664,12 @@ def routed_view_function() -> str:
     Distributed by the session and co-located with ``sessions`` (``db distribute``), a
     call goes whole to the session's worker, where each statement in it reads one table
     for one session (Citus's fast path). Each statement is run by ``EXECUTE`` with the
-    session written in as a literal (:func:`_executed`), which Citus plans against the
-    local shard directly; it still costs the worker a planning per statement, so the
-    branches are folded into four: the session row, the condensation, the events the
-    view needs (the newest breaker event and model call by ``DISTINCT ON``) and the
-    parts, whose stamps name the prunes read last (only when there are some).
+    session and the other values written in as literals (:func:`_executed`), which
+    Citus plans against the local shard directly; it still costs the worker a planning
+    per statement, so the branches are folded into four: the session row, the
+    condensation, the events the view needs (the newest breaker event and model call by
+    ``DISTINCT ON``) and the parts, whose stamps name the prunes read last (only when
+    there are some).
     ``STABLE``: every statement reads the call's one snapshot, as the one statement
     does. ``force_custom_plan``: with the generic plans PL/pgSQL would settle on for a
     statement whose session is a parameter, Citus 13 plans the shard's statement again
@@ -682,7 +690,11 @@ def routed_view_function() -> str:
         f"ANY(v_pin) THEN CASE WHEN {after_ft} THEN 'pt' ELSE 'p' END ELSE 't' END "
         "WHEN 'condensation_request' THEN 'r' WHEN 'prune' THEN 'x' WHEN 'custom' THEN 'b' "
         f"ELSE 'l' END, 0, {_EV}, {ev_nulls} FROM events WHERE session_id = a_session "
-        f"AND seq >= 1 AND seq <= a_bound AND (({kind_sql('message')} "
+        # The two ranges of seqs the rows are in, the pins and what follows the
+        # condensation's range: the planner reads each by the primary key, where it read
+        # one range per kind branch before.
+        "AND seq >= 1 AND seq <= a_bound AND (seq = ANY(v_pin) OR seq >= LEAST(v_ft, v_cs) + 1) "
+        f"AND (({kind_sql('message')} "
         f"AND (seq = ANY(v_pin) OR {after_ft})) "
         f"OR ({kind_sql('condensation_request')} AND {after_cs}) "
         f"OR ({kind_sql('prune')} AND {after_ft} AND {_UNSTATED} NOT LIKE {_KEEP_LIKE}) "
@@ -703,7 +715,7 @@ def routed_view_function() -> str:
 RETURNS TABLE ({", ".join(f"r_{n} {t}" for n, t in _ROW)}) AS $$
 DECLARE
     v_cs bigint := 0; v_ft bigint := 0; v_pin bigint[]; v_stamps integer[];
-    v_session text := quote_literal(a_session); v_found bigint;
+    v_found bigint;
 BEGIN
     {session_row} INTO {out};
     GET DIAGNOSTICS v_found = ROW_COUNT;
