@@ -223,7 +223,7 @@ def first_time(path: Path) -> datetime | None:
     return datetime.fromtimestamp(path.stat().st_mtime, UTC)
 
 
-def _peek_source_id(path: Path, fmt: str) -> str:
+def peek_source_id(path: Path, fmt: str) -> str:
     """The source session id from the first records (the file's stem when none says)."""
     if fmt == "aider":
         return path_digest(path)
@@ -248,7 +248,7 @@ def _peek_source_id(path: Path, fmt: str) -> str:
     return path.stem
 
 
-class _Target:
+class Target:
     """One session the transcript fills: the main one or a subagent's child."""
 
     def __init__(self, session: Session | None, name: str | None) -> None:
@@ -266,13 +266,13 @@ class _Target:
 
 
 @dataclass
-class _Plan:
+class Plan:
     """What the store holds of a transcript's sessions, read before it is converted: its
     key, the sessions it fills already (by child name, the main one under ``None``) and
     the source line their newest events account for."""
 
     key: str
-    targets: dict[str | None, _Target]
+    targets: dict[str | None, Target]
     resume: int
 
 
@@ -386,18 +386,18 @@ def _converter(p: Path, fmt: str, db: DbSession | None) -> Converter:
     return conv
 
 
-def plan_import(store: EventStore, p: Path, fmt: str, db: DbSession | None = None) -> _Plan:
+def plan_import(store: EventStore, p: Path, fmt: str, db: DbSession | None = None) -> Plan:
     """What the store holds of the sessions the transcript at ``p`` fills (see
-    :class:`_Plan`): read before it is converted."""
-    key = f"{fmt}:{db.id if db is not None else _peek_source_id(p, fmt)}"
+    :class:`Plan`): read before it is converted."""
+    key = f"{fmt}:{db.id if db is not None else peek_source_id(p, fmt)}"
     file = p.name
     multi = AGENT_FORMATS[fmt].multi
     main = None if multi else _by_key(store, key)
-    targets: dict[str | None, _Target] = {None: _Target(main, None)}
+    targets: dict[str | None, Target] = {None: Target(main, None)}
     resume = 0
     n = 1
     while multi and (found := _by_key(store, f"{key}#{n}")) is not None:
-        targets[str(n)] = _Target(found, str(n))
+        targets[str(n)] = Target(found, str(n))
         resume = max(resume, _resume_point(store, targets[str(n)], file))
         n += 1
     if main is not None:
@@ -405,9 +405,9 @@ def plan_import(store: EventStore, p: Path, fmt: str, db: DbSession | None = Non
         for child in store.list_sessions(parent_id=main.id, limit=None):
             sub = (child.metadata or {}).get("subagent")
             if isinstance(sub, dict) and isinstance(sub.get("name"), str):
-                targets[sub["name"]] = _Target(child, sub["name"])
+                targets[sub["name"]] = Target(child, sub["name"])
                 resume = max(resume, _resume_point(store, targets[sub["name"]], file))
-    return _Plan(key, targets, resume)
+    return Plan(key, targets, resume)
 
 
 def _import_one(
@@ -430,7 +430,7 @@ def convert_into(
     p: Path,
     fmt: str,
     db: DbSession | None,
-    plan: _Plan,
+    plan: Plan,
     sink: Sink,
     final: bool,
     progress: BytesProgress | None,
@@ -489,7 +489,7 @@ def _convert_one(p: Path, fmt: str, db: DbSession | None) -> list[Transcript]:
         items.extend(conv.drain())
     conv.finish()
     items.extend(conv.drain())
-    key = f"{fmt}:{db.id if db is not None else _peek_source_id(p, fmt)}"
+    key = f"{fmt}:{db.id if db is not None else peek_source_id(p, fmt)}"
     out = [
         Transcript(
             events=[i.event for i in items if i.child is None],
@@ -518,7 +518,7 @@ def _by_key(store: EventStore, key: str) -> Session | None:
         return None
 
 
-def _resume_point(store: EventStore, target: _Target, file: str) -> int:
+def _resume_point(store: EventStore, target: Target, file: str) -> int:
     """The last source line of ``file`` the session's newest event accounts for."""
     session = target.session
     if session is None or session.head_seq == 0:
@@ -545,15 +545,15 @@ class Sink(Protocol):
 
     def create(
         self,
-        target: _Target,
+        target: Target,
         title: str | None,
         metadata: dict[str, Any],
-        parent: _Target | None,
+        parent: Target | None,
         key: str,
     ) -> None:
         """Create ``target``'s session (a fork at seq 0 of ``parent``'s, when given)."""
 
-    def append(self, target: _Target, events: list[Any], key: str) -> int:
+    def append(self, target: Target, events: list[Any], key: str) -> int:
         """Append ``events`` after ``target.head``; the new head."""
 
 
@@ -565,10 +565,10 @@ class StoreSink:
 
     def create(
         self,
-        target: _Target,
+        target: Target,
         title: str | None,
         metadata: dict[str, Any],
-        parent: _Target | None,
+        parent: Target | None,
         key: str,
     ) -> None:
         parent_id = parent.session.id if parent is not None and parent.session else None
@@ -593,10 +593,10 @@ class StoreSink:
                 "another import of it may be running: run this one again"
             ) from exc
 
-    def append(self, target: _Target, events: list[Any], key: str) -> int:
+    def append(self, target: Target, events: list[Any], key: str) -> int:
         return self.append_encoded(target, events, key, len(events))
 
-    def append_encoded(self, target: _Target, batch: Any, key: str, count: int) -> int:
+    def append_encoded(self, target: Target, batch: Any, key: str, count: int) -> int:
         """Append a batch of events, or of their encodings (see
         :func:`eventstore._append.append_encoded`); the new head."""
         assert target.session is not None
@@ -640,7 +640,7 @@ class _Writer:
         sink: Sink,
         conv: Converter,
         key: str,
-        targets: dict[str | None, _Target],
+        targets: dict[str | None, Target],
         batch_size: int,
     ) -> None:
         self.sink, self.conv, self.key = sink, conv, key
@@ -651,7 +651,7 @@ class _Writer:
         for item in items:
             target = self.targets.get(item.child)
             if target is None:
-                target = self.targets[item.child] = _Target(None, item.child)
+                target = self.targets[item.child] = Target(None, item.child)
             if item.seq <= target.start:
                 if item.seq == target.start and target.last_event is not None:
                     # The newest stored event must come from the same place in the file.
@@ -664,7 +664,7 @@ class _Writer:
             if len(target.buffer) >= self.batch_size:
                 self._flush(target)
 
-    def _rewritten(self, target: _Target, seq: int, *, shorter: bool = False) -> None:
+    def _rewritten(self, target: Target, seq: int, *, shorter: bool = False) -> None:
         where = f"session {target.session.id}" if target.session else "its session"
         what = (
             f"it makes only {seq} events"
@@ -677,14 +677,14 @@ class _Writer:
             "transcript was rewritten; delete that session to import it afresh"
         )
 
-    def _key(self, target: _Target) -> str:
+    def _key(self, target: Target) -> str:
         return target_key(self.key, target.name, self.conv.multi)
 
-    def _session(self, target: _Target) -> None:
+    def _session(self, target: Target) -> None:
         if target.exists:
             return
         conv = self.conv
-        parent: _Target | None = None
+        parent: Target | None = None
         if target.name is None:
             title, meta = conv.title, dict(conv.metadata)
         else:
@@ -698,7 +698,7 @@ class _Writer:
         self.sink.create(target, title, meta, parent, self._key(target))
         target.exists = target.created = True
 
-    def _flush(self, target: _Target) -> None:
+    def _flush(self, target: Target) -> None:
         if not target.buffer:
             return
         self._session(target)
@@ -723,7 +723,7 @@ class _Writer:
 
 
 def results(
-    targets: dict[str | None, _Target],
+    targets: dict[str | None, Target],
     key: str,
     multi: bool,
     fmt: str,
