@@ -18,7 +18,9 @@ Memory stays bounded: a worker streams its file, and each worker's queue holds a
 files are written in the order given; a worker converts the files after the one being
 written meanwhile. A transcript whose sessions an earlier file of the same import still
 has to write (a subagent's file after its main session's) is handed out only once that
-file is written, and OpenCode's database is imported by the writer itself, alone.
+file is written, and OpenCode's database is imported by the writer itself, alone. So are
+the first files while the workers start (each a fresh interpreter importing the library:
+most of a second of CPU), unless there is only one.
 
 A file that cannot be imported gives the error :func:`import_transcript` gives, after the
 batches before the failing one are written (each batch is one transaction, and the next
@@ -219,7 +221,7 @@ class _Entry:
     worker: _Worker | None = None
     plan: Plan | None = None
     error: ImportFormatError | None = None
-    local: bool = False  # OpenCode's database: imported by the writer
+    local: bool = False  # imported by the writer: OpenCode's database, or while workers start
 
 
 class _Worker:
@@ -239,6 +241,7 @@ class _Worker:
         os.close(out_w)
         self.tasks = os.fdopen(self._task_w, "wb")
         self.out: queue.Queue[bytes | None] = queue.Queue(BATCHES_AHEAD)
+        self.started = threading.Event()
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
         self.outstanding = 0
@@ -248,6 +251,7 @@ class _Worker:
             while True:
                 data = _read(fp)
                 self.out.put(data)
+                self.started.set()  # it answered the settings (or ended)
                 if data is None:
                     return
 
@@ -334,7 +338,14 @@ class Pipeline:
         i = 0
         while i < len(todo) or entries:
             while i < len(todo) and self._free(entries, todo[i], i, keys):
-                entries.append(self._hand_out(i, *todo[i], keys.pop(i, None)))
+                # While the workers start (a fresh interpreter imports the library), the
+                # writer imports the files itself, unless it is the last one.
+                here = (
+                    not entries
+                    and i + 1 < len(todo)
+                    and not any(w.started.is_set() for w in self.workers)
+                )
+                entries.append(self._hand_out(i, *todo[i], keys.pop(i, None), here))
                 i += 1
             entry = entries.popleft()
             try:
@@ -365,11 +376,13 @@ class Pipeline:
             return False  # an earlier file of these sessions is not written yet
         return any(w.outstanding < FILES_AHEAD for w in self.workers)
 
-    def _hand_out(self, i: int, path: Path, fmt: str | None, key: str | None) -> _Entry:
+    def _hand_out(self, i: int, path: Path, fmt: str | None, key: str | None, here: bool) -> _Entry:
+        """File ``i`` handed to the least busy worker, or kept to import ``here`` (always
+        a database)."""
         entry = _Entry(i, path, fmt, key)
         try:
             entry.fmt = checked_format(path, fmt)
-            if is_database(path, entry.fmt):
+            if here or is_database(path, entry.fmt):
                 entry.local = True
                 return entry
             entry.plan = plan_import(self.store, path, entry.fmt)
