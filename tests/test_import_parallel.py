@@ -11,6 +11,7 @@ import json
 import os
 import re
 import shutil
+import threading
 import uuid
 from pathlib import Path
 from typing import Any
@@ -50,16 +51,15 @@ def _run(
 
 
 def _workers() -> list[int]:
-    """The worker processes of this one's imports that are running."""
+    """This process's children that are running: its imports' workers."""
     me = str(os.getpid())
     found = []
     for proc in Path("/proc").iterdir():
         try:
-            ppid = (proc / "stat").read_text().rsplit(")", 1)[1].split()[1]
-            cmd = (proc / "cmdline").read_bytes()
+            stat = (proc / "stat").read_text().rsplit(")", 1)[1].split()
         except (OSError, IndexError):
             continue
-        if ppid == me and b"_serve" in cmd and b"_pipeline" in cmd:
+        if stat[1] == me and stat[0] != "Z":
             found.append(int(proc.name))
     return found
 
@@ -151,6 +151,29 @@ def test_workers_import_the_samples_as_one_process_does(two_stores: Any) -> None
     again = _run(many, files, 3)
     assert {r.status for _, res in again if isinstance(res, list) for r in res} == {"up to date"}
     assert sum(r.events for _, res in again if isinstance(res, list) for r in res) == 0
+    _assert_same_log(_log(one), _log(many))
+
+
+def test_with_a_thread_running_the_workers_are_fresh_interpreters(two_stores: Any) -> None:
+    """A process running threads is not forked (a child would inherit whatever locks
+    they hold): its workers start as new interpreters, and import the same."""
+    one, many = two_stores
+    files = _files(DATA / "claude-code") + _files(DATA / "codex")
+    stop = threading.Event()
+    busy = threading.Thread(target=stop.wait, daemon=True)
+    busy.start()
+    try:
+        workers = []
+        for item in import_files(many, files, jobs=3, batch_size=7):
+            if not workers:
+                kids = _workers()
+                assert len(kids) == 2
+                assert all(b"_serve" in Path(f"/proc/{k}/cmdline").read_bytes() for k in kids)
+            workers.append(item)
+    finally:
+        stop.set()
+        busy.join()
+    assert _reported(workers) == _reported(_run(one, files, 1))
     _assert_same_log(_log(one), _log(many))
 
 
@@ -271,6 +294,26 @@ def test_cli_jobs_reports_a_worker_error_and_exits_1(db_url: str, tmp_path: Path
 
 def _no_ids(text: str) -> str:
     return re.sub(r"session [0-9a-f-]{36}", "session ID", text)
+
+
+def test_an_opencode_database_among_the_files(two_stores: Any, tmp_path: Path) -> None:
+    """The database (many sessions) is imported by the writing process, between the files
+    the workers convert before and after it."""
+    from tests.test_importers_opencode_db import build_db
+
+    folder = tmp_path / "mixed"
+    folder.mkdir()
+    shutil.copy(CODEX, folder / "a.jsonl")
+    build_db(folder / "b-opencode.db")
+    shutil.copy(CLAUDE, folder / "c.jsonl")
+    files = _files(folder)
+    assert [p.name for p, _ in files] == ["a.jsonl", "b-opencode.db", "c.jsonl"]
+    one, many = two_stores
+    here = _run(one, files, 1)
+    workers = _run(many, files, 3, batch_size=5)
+    assert _reported(workers) == _reported(here)
+    assert len(here[1][1]) > 1  # type: ignore[arg-type]  # several sessions from the database
+    _assert_same_log(_log(one), _log(many))
 
 
 def test_jobs_must_be_positive(store: EventStore) -> None:

@@ -18,22 +18,27 @@ Memory stays bounded: a worker streams its file, and each worker's queue holds a
 files are written in the order given; a worker converts the files after the one being
 written meanwhile. A transcript whose sessions an earlier file of the same import still
 has to write (a subagent's file after its main session's) is handed out only once that
-file is written, and OpenCode's database is imported by the writer itself, alone. So are
-the first files while the workers start (each a fresh interpreter importing the library:
-most of a second of CPU), unless there is only one.
+file is written, and OpenCode's database is imported by the writer itself, alone.
 
 A file that cannot be imported gives the error :func:`import_transcript` gives, after the
 batches before the failing one are written (each batch is one transaction, and the next
 import resumes after them). A worker that dies ends the import with an error.
 
-Each worker is a fresh interpreter (``python -c``, started with this process's module
-search path), never a ``fork`` of this one: the writer holds database connections and
-may run threads (the caller's, a driver's), which a forked child would inherit in
-whatever state they were. Unlike :mod:`multiprocessing`'s ``spawn`` and ``forkserver``
-it does not import the caller's main module again, so a script need not guard its
-import with ``if __name__ == "__main__"``. Messages go through two pipes per worker as
-length-prefixed pickles; a thread of the writer reads each worker's into a queue of at
-most :data:`BATCHES_AHEAD`, and the writer unpickles them as it writes.
+How a worker starts: forked from this process when no other thread runs in it (the
+command line's case), so that it starts at once with the library imported; a fork copies
+only the forking thread, and with no other thread no lock can be copied held. The
+child uses nothing of the parent's but its two pipes, never touches the database
+connections it inherited, and ends with ``os._exit``: no exit handler, finalizer or
+driver of the parent's runs in it (a Postgres driver closing an inherited connection
+would end the parent's session). When other threads run (an application's, a driver's
+pool), each worker is a fresh interpreter instead (``python -c``, with this process's
+module search path): about 0.7 s of CPU to import the library, but nothing inherited.
+Unlike :mod:`multiprocessing`'s ``spawn`` and ``forkserver``, neither imports the
+caller's main module again, so a script need not guard its import with
+``if __name__ == "__main__"``. Messages go through two pipes per worker as
+length-prefixed pickles, fed and read by two threads of the writer (started once every
+worker is); the reader holds at most :data:`BATCHES_AHEAD`, and the writer unpickles
+them as it writes.
 """
 
 from __future__ import annotations
@@ -42,10 +47,12 @@ import json
 import os
 import pickle
 import queue
+import signal
 import struct
 import subprocess
 import sys
 import threading
+import time
 import traceback
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
@@ -183,6 +190,7 @@ def _picklable(value: Any) -> bool:
 
 
 _HEADER = struct.Struct("!Q")  # a message's length, before its pickle
+_CLOSE = object()  # what closes a worker's pipe of files
 
 # What a worker runs: this process's module search path, then this module's ``_serve``.
 _BOOT = "import json, sys; sys.path[:0] = json.loads(sys.argv[1]); " + (
@@ -221,42 +229,67 @@ class _Entry:
     worker: _Worker | None = None
     plan: Plan | None = None
     error: ImportFormatError | None = None
-    local: bool = False  # imported by the writer: OpenCode's database, or while workers start
+    local: bool = False  # OpenCode's database: imported by the writer
 
 
 class _Worker:
-    """A worker process, the pipe its files go down and the one its messages come back
-    on (read by a thread into a queue of at most :data:`BATCHES_AHEAD` messages)."""
+    """A worker process, the pipe its files go down (written by a thread: a large task,
+    a plan holding a large event, never makes the writer wait for a worker that waits for
+    the writer) and the one its messages come back on (read by a thread into a queue of
+    at most :data:`BATCHES_AHEAD` messages)."""
 
-    def __init__(self) -> None:
+    def __init__(self, fork: bool, others: list[int]) -> None:
         task_r, self._task_w = os.pipe()
         self._out_r, out_w = os.pipe()
-        paths = json.dumps([p for p in sys.path if isinstance(p, str)])
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", _BOOT, paths, str(task_r), str(out_w)],
-            pass_fds=(task_r, out_w),
-            stdin=subprocess.DEVNULL,
-        )
+        self.proc: subprocess.Popen[bytes] | _Forked
+        if fork:
+            self.proc = _Forked(task_r, out_w, [self._task_w, self._out_r, *others])
+        else:
+            paths = json.dumps([p for p in sys.path if isinstance(p, str)])
+            self.proc = subprocess.Popen(
+                [sys.executable, "-c", _BOOT, paths, str(task_r), str(out_w)],
+                pass_fds=(task_r, out_w),
+                stdin=subprocess.DEVNULL,
+            )
         os.close(task_r)
         os.close(out_w)
-        self.tasks = os.fdopen(self._task_w, "wb")
+        self.tasks: queue.Queue[Any] = queue.Queue()  # at most FILES_AHEAD and a stop
         self.out: queue.Queue[bytes | None] = queue.Queue(BATCHES_AHEAD)
-        self.started = threading.Event()
+        self.outstanding = 0
+        self._reader: threading.Thread | None = None
+        self._writer: threading.Thread | None = None
+
+    @property
+    def fds(self) -> list[int]:
+        """This process's ends of the worker's pipes (for a worker forked later to close)."""
+        return [self._task_w, self._out_r]
+
+    def start(self) -> None:
+        """Start the threads that feed and read the pipes (once every worker is started:
+        a worker is forked only from a process without threads)."""
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
-        self.outstanding = 0
+        self._writer = threading.Thread(target=self._write, daemon=True)
+        self._writer.start()
+
+    def _write(self) -> None:
+        with os.fdopen(self._task_w, "wb") as fp:
+            while (obj := self.tasks.get()) is not _CLOSE:
+                try:
+                    _send(fp, obj)
+                except OSError:  # the worker is gone: its reader reports it
+                    return
 
     def _read(self) -> None:
         with os.fdopen(self._out_r, "rb") as fp:
             while True:
                 data = _read(fp)
                 self.out.put(data)
-                self.started.set()  # it answered the settings (or ended)
                 if data is None:
                     return
 
     def send(self, obj: Any) -> None:
-        _send(self.tasks, obj)
+        self.tasks.put(obj)
 
     def receive(self, what: str) -> tuple[Any, ...]:
         """The worker's next message; an error when it ended without one."""
@@ -277,22 +310,67 @@ class _Worker:
         return op
 
     def close(self, kill: bool) -> None:
-        try:
-            self.tasks.close()  # the worker's end of its files: it exits
-        except OSError:
-            pass
         if kill and self.proc.poll() is None:
             self.proc.kill()
+        if self._writer is None:  # never started: its pipes are closed here
+            os.close(self._task_w)
+            os.close(self._out_r)
+        else:
+            self.tasks.put(_CLOSE)  # the end of its files' pipe: the worker exits
         try:
             self.proc.wait(10)
         except subprocess.TimeoutExpired:  # pragma: no cover - a worker that hangs
             self.proc.kill()
             self.proc.wait()
-        while self._reader.is_alive():  # let the reader see the end of the stream
-            try:
+        if self._writer is not None:
+            self._writer.join()
+        while self._reader is not None and self._reader.is_alive():
+            try:  # let the reader see the end of the stream
                 self.out.get(timeout=0.1)
             except queue.Empty:
                 pass
+
+
+class _Forked:
+    """A worker forked from this process: it serves its pipes, then ends without running
+    anything this process registered to run at exit (nor closing its connections: the
+    child never touches them, and a driver closing one would end this process's
+    session)."""
+
+    def __init__(self, task_r: int, out_w: int, close: list[int]) -> None:
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child (its coverage is not collected)
+            code = 0
+            try:
+                for fd in close:
+                    os.close(fd)
+                _serve(task_r, out_w)
+            except BaseException:
+                code = 1
+            finally:
+                os._exit(code)
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(str(self.pid), timeout or 0)
+            time.sleep(0.01)
+        assert self.returncode is not None
+        return self.returncode
+
+    def kill(self) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, signal.SIGKILL)
 
 
 class Pipeline:
@@ -305,12 +383,17 @@ class Pipeline:
         self.store, self.batch_size = store, max(1, batch_size)
         self.workers: list[_Worker] = []
         self.refused = False  # a worker could not take the settings: imported here
+        # Forked when no thread runs here (none can hold a lock the child would inherit
+        # held): the worker starts at once, with the library imported.
+        fork = hasattr(os, "fork") and threading.active_count() == 1
         try:
+            for _ in range(workers):
+                others = [fd for w in self.workers for fd in w.fds]
+                self.workers.append(_Worker(fork, others))
             # Not waited for: the writer reads the store meanwhile (each worker's first
             # message says whether it took the settings, see _Worker.receive).
-            for _ in range(workers):
-                self.workers.append(_Worker())
             for w in self.workers:
+                w.start()
                 w.send((settings, self.batch_size))
         except BaseException:
             self.__exit__(RuntimeError)
@@ -338,14 +421,7 @@ class Pipeline:
         i = 0
         while i < len(todo) or entries:
             while i < len(todo) and self._free(entries, todo[i], i, keys):
-                # While the workers start (a fresh interpreter imports the library), the
-                # writer imports the files itself, unless it is the last one.
-                here = (
-                    not entries
-                    and i + 1 < len(todo)
-                    and not any(w.started.is_set() for w in self.workers)
-                )
-                entries.append(self._hand_out(i, *todo[i], keys.pop(i, None), here))
+                entries.append(self._hand_out(i, *todo[i], keys.pop(i, None)))
                 i += 1
             entry = entries.popleft()
             try:
@@ -376,13 +452,13 @@ class Pipeline:
             return False  # an earlier file of these sessions is not written yet
         return any(w.outstanding < FILES_AHEAD for w in self.workers)
 
-    def _hand_out(self, i: int, path: Path, fmt: str | None, key: str | None, here: bool) -> _Entry:
-        """File ``i`` handed to the least busy worker, or kept to import ``here`` (always
-        a database)."""
+    def _hand_out(self, i: int, path: Path, fmt: str | None, key: str | None) -> _Entry:
+        """File ``i`` handed to the least busy worker (a database is kept, to import
+        here)."""
         entry = _Entry(i, path, fmt, key)
         try:
             entry.fmt = checked_format(path, fmt)
-            if here or is_database(path, entry.fmt):
+            if is_database(path, entry.fmt):
                 entry.local = True
                 return entry
             entry.plan = plan_import(self.store, path, entry.fmt)
