@@ -43,6 +43,7 @@ them as it writes.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import pickle
@@ -340,6 +341,9 @@ class _Forked:
     def __init__(self, task_r: int, out_w: int, close: list[int]) -> None:
         pid = os.fork()
         if pid == 0:  # pragma: no cover - the child (its coverage is not collected)
+            # Nothing of the parent's is ever collected here: a cycle of its garbage
+            # holding a connection would close it (and end the parent's session).
+            gc.freeze()
             code = 0
             try:
                 for fd in close:
