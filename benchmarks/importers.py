@@ -346,10 +346,12 @@ def render(data: dict[str, Any]) -> str:
 def _jobs_text(jobs: int) -> str:
     if jobs == 1:
         return "one process (`--jobs 1`: file by file)"
-    return (
-        f"`--jobs {jobs}`: {jobs - 1} worker process{'es' if jobs > 2 else ''} read, convert "
-        "and encode the files while one process writes them"
+    workers = (
+        "1 worker process reads, converts and encodes"
+        if jobs == 2
+        else f"{jobs - 1} workers read, convert and encode"
     )
+    return f"`--jobs {jobs}`: {workers} the files while one process writes them"
 
 
 def _loads(pair: Any) -> str:
