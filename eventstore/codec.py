@@ -70,6 +70,7 @@ __all__ = [
     "new_ids",
     "check_text",
     "Encoded",
+    "EventHead",
     "encode",
     "part_columns",
     "read_back",
@@ -829,11 +830,26 @@ def check_text(field: str, value: str | None, limit: int | None = None) -> None:
         raise InvalidEventError(f"{field}: {problem}")
 
 
+@dataclass(slots=True, frozen=True)
+class EventHead:
+    """What the rows of a message or a custom event read of the event itself once it is
+    encoded: its id, time and kind (neither kind names another seq, so nothing else is
+    checked as its rows are made). An encoding made in another process carries this
+    instead of the event (see :mod:`eventstore._append.wire`)."""
+
+    id: str | None
+    created_at: datetime | None
+    kind: str
+
+
 @dataclass(slots=True)
 class Encoded:
     """An event turned into the rows it is stored as, prepared outside the write lock."""
 
-    event: Event
+    event: Event | EventHead
+    """The event (as stored: with its attachments moved out, a condensation with its
+    summary's tokens counted), or only its :class:`EventHead` for a message or custom
+    event encoded in another process."""
     kind: str
     text: str | None
     """The payload text, or ``None`` until :attr:`payload` is first read (then decoded

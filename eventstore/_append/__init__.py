@@ -17,7 +17,7 @@ from . import guarded, locked, postgres
 from .encode import Encoding, encode_all
 from .store import DriverSlot, HeadCache, Store
 
-__all__ = ["Store", "append", "encode", "HeadCache", "DriverSlot"]
+__all__ = ["Store", "append", "append_encoded", "encode", "HeadCache", "DriverSlot"]
 
 
 def encode(
@@ -48,7 +48,20 @@ def append(
     """Append ``events``: the seqs, new head seq and hash of a guarded append, or the
     locked append's :class:`~eventstore.AppendResult` (a guarded append builds no result
     model: :meth:`~eventstore.EventStore.append` needs only the seqs)."""
-    encoded = encode(store, events, idempotency_key)
+    return append_encoded(
+        store, session_id, encode(store, events, idempotency_key), expected_seq, idempotency_key
+    )
+
+
+def append_encoded(
+    store: Store,
+    session_id: str,
+    encoded: Sequence[Encoded],
+    expected_seq: int | None,
+    idempotency_key: str | None,
+) -> tuple[list[int], int, str | None] | AppendResult:
+    """:func:`append` of events already checked and encoded with ``store``'s settings
+    (:func:`encode`, or :func:`~.encode.encode_all` in another process, see :mod:`.wire`)."""
     known = guarded.known_head(store, session_id, expected_seq)
     # On Citus a batch of any size is one routed call: the locked path's COPY into a
     # distributed table always commits by two-phase commit, and its many-row INSERTs

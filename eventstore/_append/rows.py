@@ -17,7 +17,7 @@ from datetime import datetime
 from typing import Any
 
 from .._checks import check_references
-from ..codec import Encoded, chain_hash_ts, new_ids, time_texts
+from ..codec import Encoded, EventHead, chain_hash_ts, new_ids, time_texts
 from ..events import Custom, Message, Prune
 from ..schema import events, parts
 
@@ -126,7 +126,11 @@ class Rows:
                 prev = chain_hash_ts(prev, seq, event_id, kind, got[0], raw or payload)
             else:
                 prev = given[i]
-            if type(evt) is not Message and type(evt) is not Custom:  # neither names a seq
+            if (
+                type(evt) is not Message
+                and type(evt) is not Custom
+                and not isinstance(evt, EventHead)
+            ):  # none of these names a seq
                 check_references(evt, seq, f"events[{i}].")
                 if isinstance(evt, Prune):
                     self.prunes.append((seq, evt, created))

@@ -10,6 +10,7 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -69,6 +70,35 @@ def progress(label: str, enabled: bool) -> Iterator[Callable[[int, int], None] |
         task = bar.add_task(label, total=None)
 
         def update(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+
+        yield update
+
+
+@contextmanager
+def files_progress(enabled: bool) -> Iterator[Callable[[Path, int, int], None] | None]:
+    """A rich progress bar on stderr for files read one after the other (called with
+    ``(file, bytes_read, bytes_total)``), or nothing when stderr is not a terminal."""
+    if not enabled or not sys.stderr.isatty():
+        yield None
+        return
+    from rich.progress import BarColumn, DownloadColumn, Progress, TimeElapsedColumn
+
+    with Progress(
+        "[progress.description]{task.description}",
+        BarColumn(),
+        DownloadColumn(),
+        TimeElapsedColumn(),
+        console=console(stderr=True),
+        transient=True,
+    ) as bar:
+        task = bar.add_task("importing", total=None)
+        shown: list[Path | None] = [None]
+
+        def update(path: Path, done: int, total: int) -> None:
+            if path != shown[0]:
+                shown[0] = path
+                bar.reset(task, description=f"importing {path.name}", total=total)
             bar.update(task, completed=done, total=total)
 
         yield update

@@ -40,7 +40,9 @@ Coding-agent transcripts (``claude-code``, ``codex``, ``gemini-cli``, ``aider``,
 growing on disk: :func:`import_transcript` streams one into the session named by its key
 ``"<format>:<source session id>"``, appending only what the store does not hold yet (see
 :mod:`eventstore.importers.claude_code`, :mod:`~eventstore.importers.codex` and
-:mod:`~eventstore.importers.gemini_cli`). :func:`import_file` sends these formats there too.
+:mod:`~eventstore.importers.gemini_cli`). :func:`import_file` sends these formats there too;
+:func:`import_files` imports many, reading and converting them in worker processes while
+this one writes.
 
 Anything none of these recognises fails with the file, the record and the field, naming the
 formats tried.
@@ -58,6 +60,7 @@ from ._keyed import (
     transcripts_under,
 )
 from ._loading import EMPTY_ASSISTANT_IMPORTED, ImportFormatError, Transcript, empty_replies_kept
+from ._pipeline import default_jobs, import_files
 from ._writer import Progress, import_file, import_jsonl, import_transcripts
 from .jsonl import EXPORT_FORMAT, export_jsonl, export_lines
 
@@ -78,8 +81,10 @@ __all__ = [
     "export_lines",
     "import_file",
     "import_jsonl",
+    "import_files",
     "import_transcript",
     "import_transcripts",
+    "default_jobs",
     "load_transcripts",
     "transcripts_under",
 ]

@@ -27,12 +27,13 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
-from .. import _sql
+from .. import _append, _sql
+from ..codec import Encoded
 from ..errors import ConflictError, EventStoreError, NotFoundError
 from ..events import Condensation
-from ..records import Session
+from ..records import AppendResult, Session
 from ..store import EventStore
 from ._agent import (
     Converter,
@@ -222,7 +223,7 @@ def first_time(path: Path) -> datetime | None:
     return datetime.fromtimestamp(path.stat().st_mtime, UTC)
 
 
-def _peek_source_id(path: Path, fmt: str) -> str:
+def peek_source_id(path: Path, fmt: str) -> str:
     """The source session id from the first records (the file's stem when none says)."""
     if fmt == "aider":
         return path_digest(path)
@@ -247,12 +248,13 @@ def _peek_source_id(path: Path, fmt: str) -> str:
     return path.stem
 
 
-class _Target:
+class Target:
     """One session the transcript fills: the main one or a subagent's child."""
 
     def __init__(self, session: Session | None, name: str | None) -> None:
         self.session = session
         self.name = name
+        self.exists = session is not None  # in the store, or created by this import
         self.start = session.head_seq if session else 0  # events it held before
         self.head = self.start
         self.buffer: list[Any] = []
@@ -261,6 +263,17 @@ class _Target:
         self.created = False
         self.last_src: dict[str, Any] | None = None  # source of the newest stored event
         self.last_event: Any = None
+
+
+@dataclass
+class Plan:
+    """What the store holds of a transcript's sessions, read before it is converted: its
+    key, the sessions it fills already (by child name, the main one under ``None``) and
+    the source line their newest events account for."""
+
+    key: str
+    targets: dict[str | None, Target]
+    resume: int
 
 
 def import_transcript(
@@ -301,6 +314,15 @@ def import_transcript(
             stored, and importing again resumes after them).
     """
     p = Path(path)
+    fmt = checked_format(p, format)
+    with fewer_collections():
+        return _import_file(store, p, fmt, final, progress, batch_size, seen)
+
+
+def checked_format(p: Path, format: str | None) -> str:
+    """The format of the transcript at ``p``: ``format`` when given (and the content does
+    not say another), else the one detected; :class:`ImportFormatError` when it is none,
+    or ``p`` is not a file."""
     refused = not_opencode_error(p)
     if refused is not None:
         raise refused
@@ -319,8 +341,13 @@ def import_transcript(
         raise ImportFormatError(
             f"{p}: this file is in the {found} format, not {fmt}; omit --format to detect it"
         )
-    with fewer_collections():
-        return _import_file(store, p, fmt, final, progress, batch_size, seen)
+    return fmt
+
+
+def is_database(p: Path, fmt: str) -> bool:
+    """Whether ``p`` is OpenCode's database (many sessions, read by :func:`import_transcript`
+    in the writing process)."""
+    return fmt == "opencode" and is_sqlite(p)
 
 
 def _import_file(
@@ -333,7 +360,7 @@ def _import_file(
     seen: dict[str, tuple[Any, ...]] | None,
 ) -> list[SessionImport]:
     """:func:`import_transcript` of a file whose format is known."""
-    if fmt == "opencode" and is_sqlite(p):
+    if is_database(p, fmt):
         stamps = session_stamps(p)
         unread = newer_model_only(p)
         skip = set(unread)
@@ -359,6 +386,30 @@ def _converter(p: Path, fmt: str, db: DbSession | None) -> Converter:
     return conv
 
 
+def plan_import(store: EventStore, p: Path, fmt: str, db: DbSession | None = None) -> Plan:
+    """What the store holds of the sessions the transcript at ``p`` fills (see
+    :class:`Plan`): read before it is converted."""
+    key = f"{fmt}:{db.id if db is not None else peek_source_id(p, fmt)}"
+    file = p.name
+    multi = AGENT_FORMATS[fmt].multi
+    main = None if multi else _by_key(store, key)
+    targets: dict[str | None, Target] = {None: Target(main, None)}
+    resume = 0
+    n = 1
+    while multi and (found := _by_key(store, f"{key}#{n}")) is not None:
+        targets[str(n)] = Target(found, str(n))
+        resume = max(resume, _resume_point(store, targets[str(n)], file))
+        n += 1
+    if main is not None:
+        resume = _resume_point(store, targets[None], file)
+        for child in store.list_sessions(parent_id=main.id, limit=None):
+            sub = (child.metadata or {}).get("subagent")
+            if isinstance(sub, dict) and isinstance(sub.get("name"), str):
+                targets[sub["name"]] = Target(child, sub["name"])
+                resume = max(resume, _resume_point(store, targets[sub["name"]], file))
+    return Plan(key, targets, resume)
+
+
 def _import_one(
     store: EventStore,
     p: Path,
@@ -369,29 +420,32 @@ def _import_one(
     batch_size: int,
 ) -> list[SessionImport]:
     """One transcript, or one session of a database, into its sessions."""
-    key = f"{fmt}:{db.id if db is not None else _peek_source_id(p, fmt)}"
+    plan = plan_import(store, p, fmt, db)
+    sink = StoreSink(store, str(p))
+    writer, pending = convert_into(p, fmt, db, plan, sink, final, progress, batch_size)
+    return results(plan.targets, plan.key, writer.conv.multi, fmt, str(p), pending)
+
+
+def convert_into(
+    p: Path,
+    fmt: str,
+    db: DbSession | None,
+    plan: Plan,
+    sink: Sink,
+    final: bool,
+    progress: BytesProgress | None,
+    batch_size: int,
+) -> tuple[_Writer, int | None]:
+    """Convert the transcript at ``p`` and hand ``sink`` the sessions to create and the
+    batches of new events to append, in order (the events the plan's sessions hold
+    already are compared, not sent); the writer, and the line still being written if
+    any."""
     conv = _converter(p, fmt, db)
-    multi = AGENT_FORMATS[fmt].multi
-    main = None if multi else _by_key(store, key)
-    targets: dict[str | None, _Target] = {None: _Target(main, None)}
-    resume = 0
-    n = 1
-    while multi and (found := _by_key(store, f"{key}#{n}")) is not None:
-        targets[str(n)] = _Target(found, str(n))
-        resume = max(resume, _resume_point(store, targets[str(n)], conv.file))
-        n += 1
-    if main is not None:
-        resume = _resume_point(store, targets[None], conv.file)
-        for child in store.list_sessions(parent_id=main.id, limit=None):
-            sub = (child.metadata or {}).get("subagent")
-            if isinstance(sub, dict) and isinstance(sub.get("name"), str):
-                targets[sub["name"]] = _Target(child, sub["name"])
-                resume = max(resume, _resume_point(store, targets[sub["name"]], conv.file))
-    conv.resume = resume
+    conv.resume = plan.resume
     total = p.stat().st_size
     counter = [0]
     pending: int | None = None
-    writer = _Writer(store, conv, key, targets, batch_size)
+    writer = _Writer(sink, conv, plan.key, plan.targets, batch_size)
     for rec in source_records(p, fmt, counter, db):
         if isinstance(rec, Torn):
             pending = rec.line
@@ -406,7 +460,7 @@ def _import_one(
     writer.check_complete()
     if progress:
         progress(total, total)
-    return writer.results(store, fmt, str(p), pending)
+    return writer, pending
 
 
 def convert_transcript(path: str | Path, fmt: str) -> list[Transcript]:
@@ -435,7 +489,7 @@ def _convert_one(p: Path, fmt: str, db: DbSession | None) -> list[Transcript]:
         items.extend(conv.drain())
     conv.finish()
     items.extend(conv.drain())
-    key = f"{fmt}:{db.id if db is not None else _peek_source_id(p, fmt)}"
+    key = f"{fmt}:{db.id if db is not None else peek_source_id(p, fmt)}"
     out = [
         Transcript(
             events=[i.event for i in items if i.child is None],
@@ -464,7 +518,7 @@ def _by_key(store: EventStore, key: str) -> Session | None:
         return None
 
 
-def _resume_point(store: EventStore, target: _Target, file: str) -> int:
+def _resume_point(store: EventStore, target: Target, file: str) -> int:
     """The last source line of ``file`` the session's newest event accounts for."""
     session = target.session
     if session is None or session.head_seq == 0:
@@ -484,16 +538,112 @@ def _content(event: Any) -> Any:
     )
 
 
+class Sink(Protocol):
+    """Where a converted transcript's sessions are created and its new events go: the
+    store itself (:class:`StoreSink`), or the process that writes them (see
+    :mod:`eventstore.importers._pipeline`)."""
+
+    def create(
+        self,
+        target: Target,
+        title: str | None,
+        metadata: dict[str, Any],
+        parent: Target | None,
+        key: str,
+    ) -> None:
+        """Create ``target``'s session (a fork at seq 0 of ``parent``'s, when given)."""
+
+    def append(self, target: Target, events: list[Any], key: str) -> int:
+        """Append ``events`` after ``target.head``; the new head."""
+
+
+class StoreSink:
+    """A :class:`Sink` writing to the store, one transaction per session and per batch."""
+
+    def __init__(self, store: EventStore, path: str) -> None:
+        self.store, self.path = store, path
+
+    def create(
+        self,
+        target: Target,
+        title: str | None,
+        metadata: dict[str, Any],
+        parent: Target | None,
+        key: str,
+    ) -> None:
+        parent_id = parent.session.id if parent is not None and parent.session else None
+        try:
+            # A child is a fork at seq 0 of the main session (it shares none of its events)
+            # that also has a key; no public method makes both at once.
+            with self.store._tx(write=True) as conn:
+                target.session = _sql.create_session(
+                    conn,
+                    self.store.tenant,
+                    session_id=None,
+                    user_id=None,
+                    title=title,
+                    metadata=metadata,
+                    parent_id=parent_id,
+                    fork_seq=0 if parent is not None else None,
+                    key=key,
+                )
+        except EventStoreError as exc:
+            raise ImportFormatError(
+                f"{self.path}: cannot create the session {key!r} ({exc}); "
+                "another import of it may be running: run this one again"
+            ) from exc
+
+    def append(self, target: Target, events: list[Any], key: str) -> int:
+        return self.append_encoded(target, events, key, len(events))
+
+    def append_encoded(self, target: Target, batch: Any, key: str, count: int) -> int:
+        """Append a batch of events, or of their encodings (see
+        :func:`eventstore._append.append_encoded`); the new head."""
+        assert target.session is not None
+        try:
+            if count and isinstance(batch[0], Encoded):
+                done = _append.append_encoded(
+                    self.store, target.session.id, batch, target.head, None
+                )
+                return done.head_seq if isinstance(done, AppendResult) else done[1]
+            return self.store.append_result(
+                target.session.id, batch, expected_seq=target.head
+            ).head_seq
+        except ConflictError as exc:
+            raise ImportFormatError(
+                f"{self.path}: another import is writing {key!r} at the same time; run "
+                "this one again"
+            ) from exc
+        except EventStoreError as exc:
+            raise append_failed(self.path, key, target.head, count, exc) from exc
+
+
+def append_failed(path: str, key: str, head: int, count: int, exc: Exception) -> ImportFormatError:
+    """The error of an append of ``count`` events after ``head`` that ``exc`` refused."""
+    return ImportFormatError(
+        f"{path}: events {head + 1}..{head + count} of {key!r}: {exc}; the events before "
+        "them were imported, and importing again resumes there"
+    )
+
+
+def target_key(key: str, name: str | None, multi: bool) -> str:
+    """The key of the session ``name`` of a transcript keyed ``key`` (the main one for
+    ``None``)."""
+    if name is None:
+        return key
+    return f"{key}#{name}" if multi else f"{key}/{name}"
+
+
 class _Writer:
     def __init__(
         self,
-        store: EventStore,
+        sink: Sink,
         conv: Converter,
         key: str,
-        targets: dict[str | None, _Target],
+        targets: dict[str | None, Target],
         batch_size: int,
     ) -> None:
-        self.store, self.conv, self.key = store, conv, key
+        self.sink, self.conv, self.key = sink, conv, key
         self.targets = targets
         self.batch_size = max(1, batch_size)
 
@@ -501,7 +651,7 @@ class _Writer:
         for item in items:
             target = self.targets.get(item.child)
             if target is None:
-                target = self.targets[item.child] = _Target(None, item.child)
+                target = self.targets[item.child] = Target(None, item.child)
             if item.seq <= target.start:
                 if item.seq == target.start and target.last_event is not None:
                     # The newest stored event must come from the same place in the file.
@@ -514,7 +664,7 @@ class _Writer:
             if len(target.buffer) >= self.batch_size:
                 self._flush(target)
 
-    def _rewritten(self, target: _Target, seq: int, *, shorter: bool = False) -> None:
+    def _rewritten(self, target: Target, seq: int, *, shorter: bool = False) -> None:
         where = f"session {target.session.id}" if target.session else "its session"
         what = (
             f"it makes only {seq} events"
@@ -527,76 +677,39 @@ class _Writer:
             "transcript was rewritten; delete that session to import it afresh"
         )
 
-    def _key(self, target: _Target) -> str:
-        if target.name is None:
-            return self.key
-        return f"{self.key}#{target.name}" if self.conv.multi else f"{self.key}/{target.name}"
+    def _key(self, target: Target) -> str:
+        return target_key(self.key, target.name, self.conv.multi)
 
-    def _session(self, target: _Target) -> Session:
-        if target.session is not None:
-            return target.session
+    def _session(self, target: Target) -> None:
+        if target.exists:
+            return
         conv = self.conv
+        parent: Target | None = None
         if target.name is None:
             title, meta = conv.title, dict(conv.metadata)
-            parent_id = fork_seq = None
         else:
             info = conv.children.get(target.name)
             title = info.title if info else target.name
             meta = dict(info.metadata) if info else {"subagent": {"name": target.name}}
-            if conv.multi:
-                parent_id = fork_seq = None
-            else:
-                parent_id, fork_seq = self._session(self.targets[None]).id, 0
+            if not conv.multi:
+                parent = self.targets[None]
+                self._session(parent)
         meta["import"] = {"format": conv.format, "file": conv.file, "key": self._key(target)}
-        try:
-            # A child is a fork at seq 0 of the main session (it shares none of its events)
-            # that also has a key; no public method makes both at once.
-            with self.store._tx(write=True) as conn:
-                target.session = _sql.create_session(
-                    conn,
-                    self.store.tenant,
-                    session_id=None,
-                    user_id=None,
-                    title=title,
-                    metadata=meta,
-                    parent_id=parent_id,
-                    fork_seq=fork_seq,
-                    key=self._key(target),
-                )
-        except EventStoreError as exc:
-            raise ImportFormatError(
-                f"{conv.path}: cannot create the session {self._key(target)!r} ({exc}); "
-                "another import of it may be running: run this one again"
-            ) from exc
-        target.created = True
-        return target.session
+        self.sink.create(target, title, meta, parent, self._key(target))
+        target.exists = target.created = True
 
-    def _flush(self, target: _Target) -> None:
+    def _flush(self, target: Target) -> None:
         if not target.buffer:
             return
-        session = self._session(target)
+        self._session(target)
         events, target.buffer = target.buffer, []
-        try:
-            target.head = self.store.append_result(
-                session.id, events, expected_seq=target.head
-            ).head_seq
-        except ConflictError as exc:
-            raise ImportFormatError(
-                f"{self.conv.path}: another import is writing {self._key(target)!r} at the "
-                "same time; run this one again"
-            ) from exc
-        except EventStoreError as exc:
-            raise ImportFormatError(
-                f"{self.conv.path}: events {target.head + 1}..{target.head + len(events)} of "
-                f"{self._key(target)!r}: {exc}; the events before them were imported, and "
-                "importing again resumes there"
-            ) from exc
+        target.head = self.sink.append(target, events, self._key(target))
         target.appended += len(events)
 
     def flush_all(self) -> None:
         for target in list(self.targets.values()):
             self._flush(target)
-        if self.targets[None].session is None and not self.conv.multi:
+        if not self.targets[None].exists and not self.conv.multi:
             self._session(self.targets[None])  # the main session exists even when empty
 
     def check_complete(self) -> None:
@@ -608,38 +721,43 @@ class _Writer:
             if target.start > made and target.last_src is not None:
                 self._rewritten(target, made, shorter=True)
 
-    def results(
-        self, store: EventStore, fmt: str, path: str, pending: int | None
-    ) -> list[SessionImport]:
-        out = []
-        main = self.targets[None].session
-        for target in self.targets.values():
-            s = target.session
-            if s is None:
-                continue
-            if target.created:
-                status: Literal["created", "updated", "up to date"] = "created"
-            else:
-                status = "updated" if target.appended else "up to date"
-            out.append(
-                SessionImport(
-                    session_id=s.id,
-                    key=self._key(target),
-                    format=fmt,
-                    path=path,
-                    events=target.appended,
-                    condensations=target.condensations,
-                    status=status,
-                    head_seq=target.head,
-                    parent_id=(
-                        main.id
-                        if main is not None and target.name is not None and not self.conv.multi
-                        else None
-                    ),
-                    pending_line=pending,
-                )
+
+def results(
+    targets: dict[str | None, Target],
+    key: str,
+    multi: bool,
+    fmt: str,
+    path: str,
+    pending: int | None,
+) -> list[SessionImport]:
+    """What the import did to each of its sessions."""
+    out = []
+    main = targets[None].session
+    for target in targets.values():
+        s = target.session
+        if s is None:
+            continue
+        if target.created:
+            status: Literal["created", "updated", "up to date"] = "created"
+        else:
+            status = "updated" if target.appended else "up to date"
+        out.append(
+            SessionImport(
+                session_id=s.id,
+                key=target_key(key, target.name, multi),
+                format=fmt,
+                path=path,
+                events=target.appended,
+                condensations=target.condensations,
+                status=status,
+                head_seq=target.head,
+                parent_id=(
+                    main.id if main is not None and target.name is not None and not multi else None
+                ),
+                pending_line=pending,
             )
-        return out
+        )
+    return out
 
 
 def transcripts_under(root: str | Path) -> list[Path]:
