@@ -145,7 +145,7 @@ class DirectRoutes:
             return None
         try:
             return self._engine(node).raw_connection()
-        except DBAPIError:
+        except (DBAPIError, self.coordinator.dialect.loaded_dbapi.Error):  # raw: unwrapped
             self._down[node] = time.monotonic() + DOWN_SECONDS
             return None
 
