@@ -40,19 +40,22 @@ OPTION = "citus_direct"
 _TRUE = ("true", "1", "on", "yes")
 _FALSE = ("false", "0", "off", "no")
 #: How long where a session's shard is stays known: a shard moved by a rebalance is found
-#: again within this time (until then calls reach it by the old worker, one hop more).
-MAP_SECONDS = 60.0
+#: again within this time (until then calls reach it by the old worker, one hop more, as
+#: through the coordinator). A lookup took 0.56 ms (0.22 ms of the client's CPU).
+MAP_SECONDS = 600.0
 #: How long a worker that could not be connected to is left out.
 DOWN_SECONDS = 30.0
 #: At most this many sessions' places kept (then forgotten all at once).
 _KEPT = 100_000
 #: The worker holding a session's shard of ``sessions`` (every routed table is co-located
-#: with it), as the coordinator's metadata says.
+#: with it), as the coordinator's metadata says; none when that worker has no copy of the
+#: metadata (it could not run the calls: they go by the coordinator).
 _WHERE = (
     "SELECT n.nodename, n.nodeport FROM pg_dist_placement p "
     "JOIN pg_dist_node n ON n.groupid = p.groupid "
     "WHERE p.shardid = get_shard_id_for_distribution_column('sessions', %s::varchar) "
-    "AND n.noderole = 'primary' AND n.isactive AND p.shardstate = 1 "
+    "AND n.noderole = 'primary' AND n.isactive AND n.hasmetadata AND n.metadatasynced "
+    "AND p.shardstate = 1 "
     "ORDER BY n.nodeid LIMIT 1"
 )
 
