@@ -644,22 +644,3 @@ def test_citus_direct_follows_a_moved_shard(distributed_url: str) -> None:
         finally:
             store.close()
             admin.dispose()
-
-
-def test_citus_direct_option_is_read_from_the_url() -> None:
-    """``citus_direct`` leaves the URL the driver sees; a value other than true or false,
-    or the option on a SQLite URL, is refused."""
-    from eventstore._citus_direct import split_option
-    from eventstore.errors import ConfigurationError
-
-    url = "postgresql+psycopg://u@h:5/db"
-    assert split_option(url) == (url, False)
-    assert split_option(url + "?citus_direct=true&connect_timeout=3") == (
-        url + "?connect_timeout=3",
-        True,
-    )
-    assert split_option(url + "?citus_direct=off") == (url, False)
-    with pytest.raises(ConfigurationError):
-        split_option(url + "?citus_direct=maybe")
-    with pytest.raises(ConfigurationError):
-        split_option("sqlite:///x.db?citus_direct=true")

@@ -827,9 +827,10 @@ def view_rows_at_once(
 def _fetch_routed(conn: Connection, session_id: str, params: list[Any]) -> _Tagged | None:
     """The routed view's call: on the session's worker when the store sends its routed
     calls there (``citus_direct``, :mod:`eventstore._citus_direct`), else (or when that
-    fails: where the session is is then looked up again) on the coordinator."""
+    fails: where the session is is then looked up again) on the coordinator, as it is
+    inside a transaction of the caller's (read in its snapshot)."""
     direct = for_engine(conn.engine)
-    if direct is not None:
+    if direct is not None and not conn.in_transaction():
         worker = direct.connect(session_id)
         if worker is not None:
             try:
