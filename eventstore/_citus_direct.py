@@ -25,13 +25,16 @@ from __future__ import annotations
 import threading
 import time
 import weakref
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import create_engine
 from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.exc import DBAPIError
 
 from .errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from ._append.store import DriverSlot
 
 __all__ = ["DirectRoutes", "OPTION", "for_engine", "split_option"]
 
@@ -97,6 +100,7 @@ class DirectRoutes:
         self._url = coordinator.url
         self._lock = threading.Lock()
         self._engines: dict[_Node, Engine] = {}
+        self._slots: dict[_Node, DriverSlot] = {}  # the appends' kept connections
         self._where: dict[str, tuple[_Node | None, float]] = {}
         self._down: dict[_Node, float] = {}
         self.lookups = 0  # how many times the coordinator was asked (tests read it)
@@ -140,20 +144,31 @@ class DirectRoutes:
                     self._engines[node] = engine
         return engine
 
-    def raw_connection(self, session_id: str) -> Any | None:
-        """A pooled driver connection to ``session_id``'s worker, or ``None`` (go by the
-        coordinator): no worker known, or it cannot be connected to (left out then)."""
+    def take(self, session_id: str) -> tuple[Any, bool, DriverSlot] | None:
+        """A pooled driver connection to ``session_id``'s worker, as its worker's
+        :class:`~eventstore._append.store.DriverSlot` takes it (give it back there); or
+        ``None`` (go by the coordinator): no worker known, or it cannot be connected to
+        (left out then)."""
         node = self.node(session_id)
         if node is None:
             return None
+        slot = self._slots.get(node)
+        if slot is None:
+            from ._append.store import DriverSlot  # (which imports this module)
+
+            made = DriverSlot.for_store(self, self._engine(node), owns_engine=True)
+            assert made is not None  # (for an engine the store owns, always)
+            slot = self._slots.setdefault(node, made)
         try:
-            return self._engine(node).raw_connection()
+            pooled, kept = slot.take()
         except (DBAPIError, self.coordinator.dialect.loaded_dbapi.Error):  # raw: unwrapped
             self._down[node] = time.monotonic() + DOWN_SECONDS
             return None
+        return pooled, kept, slot
 
     def connect(self, session_id: str) -> Connection | None:
-        """:meth:`raw_connection` as a SQLAlchemy ``Connection``."""
+        """A SQLAlchemy ``Connection`` to ``session_id``'s worker from its pool, or
+        ``None`` as :meth:`take` says it."""
         node = self.node(session_id)
         if node is None:
             return None
@@ -168,5 +183,8 @@ class DirectRoutes:
         _BY_ENGINE.pop(self.coordinator, None)
         with self._lock:
             engines, self._engines = list(self._engines.values()), {}
+            slots, self._slots = list(self._slots.values()), {}
+        for slot in slots:
+            slot.close()
         for engine in engines:
             engine.dispose()

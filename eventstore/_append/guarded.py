@@ -214,22 +214,25 @@ def _direct_append(store: Store, direct: DirectRoutes, w: Write) -> bool | None:
     forgets where the session is, and the locked path repeats the append through the
     coordinator (after :func:`landed` says it was not written, if the connection was
     lost)."""
-    pooled = direct.raw_connection(w.session_id)
-    if pooled is None:
+    taken = direct.take(w.session_id)
+    if taken is None:
         return None
+    pooled, kept, slot = taken
+    broken = False
     try:
         return postgres.write_routed(pooled.driver_connection, w, store._timeouts.lock_timeout_ms)
     except Exception as exc:
         direct.forget(w.session_id)
-        if _discard_if_broken(store, pooled, exc):
-            raise _LostConnection from exc
+        broken = _discard_if_broken(store, pooled, exc)
         db = pooled.driver_connection
-        if db.closed or db.pgconn.transaction_status == postgres.libpq().ACTIVE:
+        if not broken and (db.closed or db.pgconn.transaction_status == postgres.libpq().ACTIVE):
             pooled.invalidate(exc)  # whether the call committed is unknown
+            broken = True
+        if broken:
             raise _LostConnection from exc
         raise
     finally:
-        pooled.close()
+        slot.give(pooled, kept, broken)
 
 
 def close(store: Store) -> None:
