@@ -17,7 +17,8 @@ right: that worker's metadata sends the call's statements on to the shard's node
 more. A worker that cannot be connected to is left out for :data:`DOWN_SECONDS`, its
 calls sent to the coordinator meanwhile (which reaches the worker by its own network, or
 fails with Citus's error saying the node is down); a call that fails on the worker
-forgets where its session is, and the append is repeated through the coordinator.
+forgets where its session is, and the append is repeated (a view read again) through
+the coordinator.
 """
 
 from __future__ import annotations
