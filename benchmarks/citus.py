@@ -1,5 +1,6 @@
 """A Citus cluster against plain Postgres, in one run: single appends, 1,000-event batches
-and the 50-event-tail view.
+and the 50-event-tail view, through the coordinator and straight to the workers
+(``citus_direct=true``).
 
     python -m benchmarks citus [--smoke] [--citus-url URL] [--pg-url URL] [--before]
 
@@ -8,7 +9,7 @@ database on a coordinator at 127.0.0.1:5441) must be a database whose workers ar
 registered in it (``../shared/citus/cluster.sh createdb eventstore_bench_citus``); the
 store's tables in it are dropped and distributed again. ``--pg-url`` (plain Postgres;
 default the ``eventstore_bench_citus_plain`` database on the coordinator's own server, so
-that both have the same settings and disk) is dropped and recreated. Both get the same
+that both have the same settings and disk) is dropped and recreated. Each store gets the same
 sessions; the measures take turns between them, so load on the machine falls on both
 alike. ``--before`` drops the routed append's function after
 distributing: appends then take the statements written for plain tables (the numbers
@@ -28,6 +29,7 @@ from sqlalchemy.engine import make_url
 
 from eventstore import EventStore
 from eventstore._append.postgres import ROUTED_FUNCTION
+from eventstore._citus_direct import OPTION
 from eventstore.distribution import distribute_citus
 from eventstore.schema import NATIVE_SEARCH_TABLES, metadata
 
@@ -120,6 +122,7 @@ def run(citus_url: str, pg_url: str, *, smoke: bool, before: bool) -> str:
     sides = [
         _Side("postgres", pg_url, sessions, events),
         _Side("citus", citus_url, sessions, events),
+        _Side("citus direct", _direct(citus_url), sessions, events),
     ]
     one = [to_message(s) for s in steps(events + 2, events + 2)]
     thousand = [to_message(s) for s in steps(1, 1_000)]
@@ -141,24 +144,31 @@ def run(citus_url: str, pg_url: str, *, smoke: bool, before: bool) -> str:
             if rep >= 0:
                 side.times["append 1,000 events"].append(took)
     lines = [
-        f"Sessions: {sessions} per backend, {events} events each and a condensation keeping "
-        f"50; {ops} single appends and views, {batches} batches of 1,000 per backend"
-        + (" (before routed appends: the function dropped)" if before else "") + ".",
+        f"Sessions: {sessions} per store, {events} events each and a condensation keeping "
+        f"50; {ops} single appends and views, {batches} batches of 1,000 per store"
+        + (" (before routed appends: the function dropped)" if before else "")
+        + ". Citus direct: the same cluster with `citus_direct=true` (routed calls sent "
+        "to the session's worker). Times in ms, p50 (p99); ratios of the p50 to Postgres's.",
         "",
-        "| measure | Postgres p50 | Postgres p99 | Citus p50 | Citus p99 | ratio (p50) | goal |",
+        "| measure | Postgres | Citus | ratio | Citus direct | ratio | goal |",
         "|---|---:|---:|---:|---:|---:|---:|",
-    ]  # fmt: skip
-    pg, ci = sides
+    ]
+    pg, ci, di = sides
     for measure, goal in GOALS.items():
-        a, b = pg.times[measure], ci.times[measure]
-        ratio = median(b) / median(a)
+        a, b, c = pg.times[measure], ci.times[measure], di.times[measure]
+        cells = [f"{median(t):.2f} ({percentile(t, 0.99):.2f})" for t in (a, b, c)]
         lines.append(
-            f"| {measure} | {median(a):.2f} | {percentile(a, 0.99):.2f} | {median(b):.2f} | "
-            f"{percentile(b, 0.99):.2f} | {ratio:.2f}x | <= {goal}x |"
+            f"| {measure} | {cells[0]} | {cells[1]} | {median(b) / median(a):.2f}x | "
+            f"{cells[2]} | {median(c) / median(a):.2f}x | <= {goal}x |"
         )
     for side in sides:
         side.store.close()
     return "\n".join(lines)
+
+
+def _direct(url: str) -> str:
+    """``url`` with the store's ``citus_direct`` option on."""
+    return make_url(url).update_query_dict({OPTION: "true"}).render_as_string(False)
 
 
 def _drop_store_function(url: str) -> None:

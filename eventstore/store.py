@@ -35,6 +35,7 @@ from ._append import guarded
 from ._append.encode import encode_all
 from ._append.store import DriverSlot, HeadCache
 from ._checks import MAX_COLUMN_INT, check_int
+from ._citus_direct import OPTION, DirectRoutes, split_option
 from ._engine import (
     DEFAULT_LOCK_TIMEOUT_MS,
     DEFAULT_URL,
@@ -101,6 +102,8 @@ class EventStore(
 
     Args:
         url: Database URL; defaults to ``EVENTSTORE_URL`` or ``sqlite:///eventstore.db``.
+            On Citus, ``?citus_direct=true`` sends each session's routed appends and
+            views straight to the worker that holds its shard (``docs/scaling.md``).
         tenant: The tenant every call is scoped to.
         token_counter: Counts part tokens at append time (default: four characters a
             token; :func:`~eventstore.tokens.bounded_token_counter` bounds that by tiktoken
@@ -211,7 +214,8 @@ class EventStore(
                     "sqlite_synchronous must be FULL, NORMAL, EXTRA or OFF, "
                     f"got {sqlite_synchronous!r}"
                 )
-            engine = create_engine(self.url, **engine_kwargs)
+            engine_url, direct = split_option(self.url)
+            engine = create_engine(engine_url, **engine_kwargs)
             if engine.dialect.name == "sqlite":
                 configure_sqlite(engine, sqlite_synchronous.upper(), busy_timeout_ms)
             elif engine.dialect.name == "postgresql":
@@ -221,6 +225,7 @@ class EventStore(
         else:
             self.url = engine.url.render_as_string(hide_password=False)
             self._owns_engine = False
+            direct = False
         # A caller's Postgres engine has no lock_timeout of ours: set it per write.
         self._lock_local = not self._owns_engine and engine.dialect.name == "postgresql"
         # Whether appends go to distributed tables through the function Citus routes
@@ -231,6 +236,13 @@ class EventStore(
         self.dialect: str = engine.dialect.name
         self._driver_slot = DriverSlot.for_store(self, engine, self._owns_engine)
         self._replica = self._open_replica(read_url, read_wait_ms, lock_timeout_ms)
+        if direct and self._replica is not None:
+            raise ConfigurationError(
+                f"{OPTION}: not with read_url (a worker's write position means nothing to "
+                "the coordinator's replica)"
+            )
+        # Routed calls straight to the session's worker (see eventstore._citus_direct).
+        self._direct = DirectRoutes(engine) if direct else None
 
     def _open_schema(self) -> None:
         if self._schema_pending is None:
@@ -281,6 +293,7 @@ class EventStore(
         )
         other._timeouts, other._lock_local = self._timeouts, self._lock_local
         other._routed = self._routed
+        other._direct = self._direct
         other._replica = self._replica
         return other
 
@@ -288,6 +301,8 @@ class EventStore(
         """Release pooled connections."""
         if self._owns_engine:
             guarded.close(self)
+            if self._direct is not None:
+                self._direct.close()
             self.engine.dispose()
             if self._replica is not None:
                 self._replica.engine.dispose()

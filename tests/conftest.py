@@ -31,6 +31,17 @@ REQUIRE_PG = os.environ.get("EVENTSTORE_REQUIRE_PG") == "1"
 #: The shared test Postgres is a distributed database on a Citus coordinator (CI's Citus
 #: mode): tests of plain-Postgres internals skip there, saying why.
 PG_IS_CITUS = os.environ.get("EVENTSTORE_TEST_PG_CITUS") == "1"
+#: The fixtures' stores on Postgres send their routed calls straight to the workers
+#: (``citus_direct=true``), for a run of the suite on Citus in that mode.
+PG_CITUS_DIRECT = os.environ.get("EVENTSTORE_TEST_CITUS_DIRECT") == "1"
+
+
+def store_url(db_url: str) -> str:
+    """The URL the fixtures open their stores with: ``db_url``, with ``citus_direct=true``
+    on Postgres under :data:`PG_CITUS_DIRECT`."""
+    if not PG_CITUS_DIRECT or not db_url.startswith("postgresql"):
+        return db_url
+    return make_url(db_url).update_query_dict({"citus_direct": "true"}).render_as_string(False)
 
 
 def skip_on_citus(why: str) -> pytest.MarkDecorator:
@@ -124,7 +135,7 @@ def _upgrade_pg_once() -> None:
 @pytest.fixture
 def store(db_url: str) -> Iterator[EventStore]:
     """An EventStore on each backend, scoped to a tenant no other test uses."""
-    s = EventStore(db_url, tenant=f"t-{uuid.uuid4().hex}", upgrade=True)
+    s = EventStore(store_url(db_url), tenant=f"t-{uuid.uuid4().hex}", upgrade=True)
     try:
         yield s
     finally:
@@ -195,8 +206,8 @@ class BlockingAsyncStore:
 def open_store(db_url: str, api: str, **kwargs: Any) -> Any:
     """An ``EventStore``, or an ``AsyncEventStore`` behind :class:`BlockingAsyncStore`."""
     if api == "sync":
-        return EventStore(db_url, **kwargs)
-    return BlockingAsyncStore(AsyncEventStore(db_url, **kwargs))
+        return EventStore(store_url(db_url), **kwargs)
+    return BlockingAsyncStore(AsyncEventStore(store_url(db_url), **kwargs))
 
 
 @pytest.fixture(params=["sync", "async"])

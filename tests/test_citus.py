@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import re
+import socket
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -18,6 +20,7 @@ import pytest
 from click.testing import CliRunner
 from sqlalchemy import create_engine, event, text
 from sqlalchemy.engine import make_url
+from sqlalchemy.pool import Pool
 
 from benchmarks.citus import drop_store
 from eventstore import Condensation, EventStore, Message, PartRef, Prune, ToolCallPart
@@ -440,3 +443,204 @@ def test_distributing_again_brings_the_routed_functions_up_to_date(distributed_u
         assert "nothing to do" in again.output, again.output
     finally:
         engine.dispose()
+
+
+# --------------------------------------------------------------------------- citus_direct
+
+
+class _Notices:
+    """Every notice any pooled connection opened from now on receives, with the port of
+    the node it came from (the store's worker pools are opened inside the store)."""
+
+    def __init__(self) -> None:
+        self.got: list[tuple[int, str]] = []
+
+    def __enter__(self) -> _Notices:
+        event.listen(Pool, "connect", self._on_connect)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        event.remove(Pool, "connect", self._on_connect)
+
+    def _on_connect(self, dbapi_conn: Any, _record: Any) -> None:
+        port = int(dbapi_conn.info.port)
+        dbapi_conn.add_notice_handler(lambda d: self.got.append((port, d.message_primary or "")))
+
+    def take(self) -> list[tuple[int, str]]:
+        got, self.got = self.got, []
+        return got
+
+
+#: What a node logs for a command it runs on its own shards (a statement or a COPY).
+_LOCAL = re.compile(r"executing the (command|copy) locally")
+
+
+def _logged(url: str, *, direct: bool) -> str:
+    """``url`` with Citus's remote commands reported to the client, ``citus_direct`` on
+    or off."""
+    query = {"options": "-c citus.log_remote_commands=on"}
+    if direct:
+        query["citus_direct"] = "true"
+    return make_url(url).update_query_dict(query).render_as_string(False)
+
+
+def _shard_node(url: str, session_id: str) -> int:
+    """The port of the worker holding ``session_id``'s shard, as Citus says."""
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            port: int = conn.execute(
+                text(
+                    "SELECT nodeport FROM citus_shards WHERE table_name = 'sessions'::regclass "
+                    "AND shardid = "
+                    "get_shard_id_for_distribution_column('sessions', CAST(:s AS varchar))"
+                ),
+                {"s": session_id},
+            ).scalar_one()
+        return port
+    finally:
+        engine.dispose()
+
+
+def test_citus_direct_runs_appends_and_views_on_the_sessions_worker(distributed_url: str) -> None:
+    """With ``citus_direct=true`` a guarded append (one event, 1,000) and a view are each
+    one call the session's worker runs on its own shards: the coordinator sends nothing,
+    the worker nothing to another node (no two-phase commit); what is written and read
+    equals what the coordinator's path writes and reads."""
+    coordinator = make_url(distributed_url).port
+    tenant = f"t-{uuid.uuid4().hex}"
+    with _Notices() as notices:
+        store = EventStore(_logged(distributed_url, direct=True), tenant=tenant)
+        plain = EventStore(distributed_url, tenant=tenant)
+        try:
+            assert store._direct is not None and plain._direct is None
+            sid = store.create_session().id
+            twin = plain.create_session().id
+            first = [Message.user("first")]  # the same events (their ids too) to each
+            store.append(sid, first)  # the locked path
+            plain.append(twin, first)
+            worker = _shard_node(distributed_url, sid)
+            assert worker != coordinator
+            notices.take()
+            for step in (
+                [Message.user("one")],
+                [Message.assistant("two", tool_calls=[ToolCallPart(id="c", name="sh")])],
+                [Message.user(f"event {i}") for i in range(1_000)],
+            ):
+                store.append(sid, step)
+                got = notices.take()
+                assert got, "no command logged on the worker (is this a Citus cluster?)"
+                assert {port for port, _ in got} == {worker}, got
+                # Run where the call landed: no command issued to another node.
+                assert all(_LOCAL.match(m) for _, m in got), got
+                assert not any("PREPARE TRANSACTION" in m for _, m in got), got
+                plain.append(twin, step)
+            view = store.view(sid)
+            got = notices.take()
+            assert {port for port, _ in got} == {worker}, got
+            assert all(_LOCAL.match(m) for _, m in got), got
+            assert store.head(sid) == 1_003
+            assert store._direct.lookups == 1  # the session's place, looked up once
+            # The same rows as through the coordinator: the events' content and the view.
+            mine, theirs = (
+                [(e.seq, e.event.model_dump(exclude={"id", "created_at"})) for e in s.read(x)]
+                for s, x in ((store, sid), (plain, twin))
+            )
+            assert len(mine) == 1_003
+            assert mine == theirs
+            assert view.to_messages() == plain.view(twin).to_messages()
+            assert store.verify(sid).ok
+        finally:
+            store.close()
+            plain.close()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def test_citus_direct_goes_by_the_coordinator_while_a_worker_cannot_be_reached(
+    distributed_url: str,
+) -> None:
+    """A worker the client cannot connect to (here: the session's place pointed at a port
+    nothing listens on) is left out: the append and the view go through the coordinator,
+    which routes them as without the option, and are right."""
+    from eventstore._append import postgres
+    from eventstore._sql import view_rows as vr
+
+    coordinator = make_url(distributed_url).port
+    with _Notices() as notices:
+        store = EventStore(_logged(distributed_url, direct=True), tenant=f"t-{uuid.uuid4().hex}")
+        try:
+            assert store._direct is not None
+            sid = store.create_session().id
+            store.append(sid, [Message.user("first")])
+            nowhere = ("127.0.0.1", _free_port())
+            store._direct._where[sid] = (nowhere, time.monotonic())
+            notices.take()
+            store.append(sid, [Message.user("second")])
+            messages = store.view(sid).to_messages()
+            got = notices.take()
+            on_coordinator = [m for port, m in got if port == coordinator]
+            assert sum(postgres.ROUTED_FUNCTION in m for m in on_coordinator) == 1, got
+            assert sum(vr.ROUTED_VIEW_FUNCTION in m for m in on_coordinator) == 1, got
+            assert [m["content"] for m in messages] == ["first", "second"]
+            assert store._direct.node(sid) is None  # left out for a while
+            assert store.head(sid) == 2 and store.verify(sid).ok
+        finally:
+            store.close()
+
+
+def test_citus_direct_follows_a_moved_shard(distributed_url: str) -> None:
+    """After the session's shards move to the other worker, the call sent to the old one
+    is still right (its Citus sends the statements on); once the session's place is
+    looked up again, calls run on the new worker."""
+    tenant = f"t-{uuid.uuid4().hex}"
+    with _Notices() as notices:
+        store = EventStore(_logged(distributed_url, direct=True), tenant=tenant)
+        admin = create_engine(distributed_url, isolation_level="AUTOCOMMIT")
+        try:
+            assert store._direct is not None
+            sid = store.create_session().id
+            store.append(sid, [Message.user("first")])
+            store.append(sid, [Message.user("second")])
+            old = _shard_node(distributed_url, sid)
+            with admin.connect() as conn:
+                new = conn.execute(
+                    text(
+                        "SELECT nodeport FROM pg_dist_node WHERE noderole = 'primary' "
+                        "AND shouldhaveshards AND nodeport <> :p ORDER BY nodeid LIMIT 1"
+                    ),
+                    {"p": old},
+                ).scalar_one()
+                conn.execute(
+                    text(
+                        "SELECT citus_move_shard_placement("
+                        "get_shard_id_for_distribution_column('sessions', CAST(:s AS varchar)), "
+                        "'127.0.0.1', :old, '127.0.0.1', :new, shard_transfer_mode => "
+                        "'block_writes')"
+                    ),
+                    {"s": sid, "old": old, "new": new},
+                )
+            assert _shard_node(distributed_url, sid) == new
+            notices.take()
+            store.append(sid, [Message.user("third")])  # sent to the old worker still
+            assert [m["content"] for m in store.view(sid).to_messages()] == [
+                "first",
+                "second",
+                "third",
+            ]
+            got = notices.take()
+            assert got and {port for port, _ in got} == {old}, got
+            store._direct.forget(sid)  # as MAP_SECONDS running out does
+            store.append(sid, [Message.user("fourth")])
+            got = notices.take()
+            assert got and {port for port, _ in got} == {new}, got
+            assert all(_LOCAL.match(m) for _, m in got), got
+            assert store.head(sid) == 4 and store.verify(sid).ok
+        finally:
+            store.close()
+            admin.dispose()

@@ -549,3 +549,53 @@ def test_sqlite_durability_pragmas(tmp_path: Path) -> None:
             assert conn.exec_driver_sql("PRAGMA busy_timeout").scalar() == 1234
     with pytest.raises(ValueError, match="sqlite_synchronous"):
         EventStore(url, sqlite_synchronous="sometimes")
+
+
+def test_citus_direct_option_is_read_from_the_url() -> None:
+    """``citus_direct`` leaves the URL the driver sees; a value other than true or false,
+    or the option on a SQLite URL, is refused; a store on SQLite refuses it too."""
+    from eventstore._citus_direct import split_option
+    from eventstore.errors import ConfigurationError
+
+    url = "postgresql+psycopg://u@h:5/db"
+    assert split_option(url) == (url, False)
+    assert split_option(url + "?citus_direct=true&connect_timeout=3") == (
+        url + "?connect_timeout=3",
+        True,
+    )
+    assert split_option(url + "?citus_direct=off") == (url, False)
+    with pytest.raises(ConfigurationError):
+        split_option(url + "?citus_direct=maybe")
+    with pytest.raises(ConfigurationError):
+        split_option("sqlite:///x.db?citus_direct=true")
+    with pytest.raises(ConfigurationError):
+        EventStore("sqlite:///x.db?citus_direct=true")
+
+
+def test_citus_direct_changes_nothing_but_where_routed_calls_go(db_url: str) -> None:
+    """With ``citus_direct=true`` a store on plain Postgres appends and reads as without it
+    and never looks a session's worker up; on a distributed database (CI's Citus mode)
+    it looks each session up once. SQLite refuses the option."""
+    from eventstore._citus_direct import split_option
+    from eventstore.errors import ConfigurationError
+
+    direct = db_url + ("&" if "?" in db_url else "?") + "citus_direct=true"
+    if db_url.startswith("sqlite"):
+        with pytest.raises(ConfigurationError):
+            EventStore(direct)
+        return
+    assert split_option(direct) == (db_url, True)
+    store = EventStore(direct, tenant=f"t-{uuid.uuid4().hex}")
+    try:
+        assert store._direct is not None
+        sid = store.create_session().id
+        store.append(sid, _users(2))
+        store.append(sid, _users(3, "n"))  # the guarded (or routed) path
+        assert _texts(list(store.read(sid))) == ["m0", "m1", "n0", "n1", "n2"]
+        assert [m["content"] for m in store.view(sid).to_messages()] == [
+            "m0", "m1", "n0", "n1", "n2"
+        ]  # fmt: skip
+        assert store._direct.lookups == (1 if store._routed else 0)
+        assert store.verify(sid).ok
+    finally:
+        store.close()

@@ -31,6 +31,7 @@ from typing import Any
 from sqlalchemy.exc import DBAPIError
 
 from .. import _sql
+from .._citus_direct import DirectRoutes
 from .._engine import busy_error
 from ..codec import Encoded
 from ..distribution import routes_appends
@@ -175,6 +176,10 @@ def _pg_append(store: Store, w: Write) -> bool:
             if exc.connection_invalidated:
                 raise _LostConnection from exc
             raise
+    if store._routed and store._direct is not None:
+        direct = _direct_append(store, store._direct, w)
+        if direct is not None:
+            return direct
     pooled, kept = _take(store)
     broken = False
     try:
@@ -201,6 +206,33 @@ def _pg_append(store: Store, w: Write) -> bool:
     finally:
         _give(store, pooled, kept, broken)
     return applied
+
+
+def _direct_append(store: Store, direct: DirectRoutes, w: Write) -> bool | None:
+    """The routed call sent straight to the session's worker (``citus_direct``); ``None``
+    when it is to go by the coordinator (no worker known or reachable). A failure there
+    forgets where the session is, and the locked path repeats the append through the
+    coordinator (after :func:`landed` says it was not written, if the connection was
+    lost)."""
+    taken = direct.take(w.session_id)
+    if taken is None:
+        return None
+    pooled, kept, slot = taken
+    broken = False
+    try:
+        return postgres.write_routed(pooled.driver_connection, w, store._timeouts.lock_timeout_ms)
+    except Exception as exc:
+        direct.forget(w.session_id)
+        broken = _discard_if_broken(store, pooled, exc)
+        db = pooled.driver_connection
+        if not broken and (db.closed or db.pgconn.transaction_status == postgres.libpq().ACTIVE):
+            pooled.invalidate(exc)  # whether the call committed is unknown
+            broken = True
+        if broken:
+            raise _LostConnection from exc
+        raise
+    finally:
+        slot.give(pooled, kept, broken)
 
 
 def close(store: Store) -> None:

@@ -14,6 +14,7 @@ from typing import Any, Protocol, TypeVar
 
 from sqlalchemy.engine import Connection, Engine
 
+from .._citus_direct import DirectRoutes
 from ..tokens import TokenCounter
 
 __all__ = ["Store", "HeadCache", "DriverSlot"]
@@ -137,6 +138,7 @@ class Store(Protocol):
     _driver_slot: DriverSlot | None
     _lock_local: bool
     _routed: bool
+    _direct: DirectRoutes | None
     _timeouts: Any
     _replica: Any
 

@@ -31,7 +31,9 @@ from typing import Any, NamedTuple, cast
 
 from sqlalchemy import select
 from sqlalchemy.engine import Connection
+from sqlalchemy.exc import DBAPIError
 
+from .._citus_direct import for_engine
 from .._engine import driver_error
 from .._routing import (
     epoch,
@@ -789,7 +791,10 @@ def view_rows_at_once(
         sql, template = _alone_statement(pg, placeholder, is_distributed(conn))
         values = {_SESSION: session_id, _TENANT: tenant, _BOUND: bound}
         params = [values.get(p, p) for p in template]
-    by = _fetch(conn, pg, sql, params, alone=True, routed=routed)
+    if routed:
+        by = _fetch_routed(conn, session_id, params)
+    else:
+        by = _fetch(conn, pg, sql, params, alone=True)
     if by is None:
         return None
     session = by.get("s")
@@ -817,6 +822,23 @@ def view_rows_at_once(
         if isinstance(keep, int):
             rows.truncations[r[2]] = keep
     return rows
+
+
+def _fetch_routed(conn: Connection, session_id: str, params: list[Any]) -> _Tagged | None:
+    """The routed view's call: on the session's worker when the store sends its routed
+    calls there (``citus_direct``, :mod:`eventstore._citus_direct`), else (or when that
+    fails: where the session is is then looked up again) on the coordinator, as it is
+    inside a transaction of the caller's (read in its snapshot)."""
+    direct = for_engine(conn.engine)
+    if direct is not None and not conn.in_transaction():
+        worker = direct.connect(session_id)
+        if worker is not None:
+            try:
+                with worker:
+                    return _fetch(worker, True, ROUTED_VIEW_CALL, params, alone=True, routed=True)
+            except (DBAPIError, ReadAgain):
+                direct.forget(session_id)
+    return _fetch(conn, True, ROUTED_VIEW_CALL, params, alone=True, routed=True)
 
 
 # --------------------------------------------------------------------------- statement by statement

@@ -19,9 +19,10 @@ def db() -> None:
 def _engine(state: State) -> Any:
     from sqlalchemy import create_engine
 
+    from eventstore._citus_direct import split_option
     from eventstore.store import resolve_url
 
-    return create_engine(resolve_url(state.url))
+    return create_engine(split_option(resolve_url(state.url))[0])
 
 
 def _display_url(state: State) -> str:
