@@ -642,15 +642,26 @@ def decode_event(kind: str, payload: str, event_id: str, created_at: datetime) -
 
 #: ``created_at`` as SQLite holds it: naive UTC text, microseconds always written.
 _SQLITE_STAMP = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{6})?")
+#: ``created_at`` as Postgres writes a ``timestamptz`` in its ``ISO`` date style: the
+#: offset's minutes only when it has some (``+00``, ``+05:30``).
+_PG_STAMP = re.compile(
+    r"[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,6})?[+-][0-9]{2}(:[0-9]{2})?"
+)
 
 
 def decode_row(kind: str, payload: str, event_id: str, created_at: datetime | str) -> Event:
     """:func:`decode_event` for ``created_at`` exactly as a driver returns the column: an
-    aware datetime (Postgres), or SQLite's naive UTC text, which goes to the JSON
-    validator as it is (with its zone) instead of being parsed here first."""
+    aware datetime, SQLite's naive UTC text or Postgres's ``ISO`` text (see
+    :func:`eventstore._sql.view_rows`), which goes to the JSON validator as it is (with
+    its zone) instead of being parsed here first."""
     if isinstance(created_at, str):
+        stamp = None
         if _SQLITE_STAMP.fullmatch(created_at):
-            evt = _decode_fast(kind, payload, event_id, created_at + "Z")
+            stamp = created_at + "Z"
+        elif _PG_STAMP.fullmatch(created_at):
+            stamp = created_at + ":00" if created_at[-3] in "+-" else created_at
+        if stamp is not None:
+            evt = _decode_fast(kind, payload, event_id, stamp)
             if evt is not None:
                 return evt
         created_at = datetime.fromisoformat(created_at)
