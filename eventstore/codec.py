@@ -640,27 +640,31 @@ def decode_event(kind: str, payload: str, event_id: str, created_at: datetime) -
     return _decode_event_loads(kind, payload, event_id, created_at)
 
 
-#: ``created_at`` as SQLite holds it: naive UTC text, microseconds always written.
-_SQLITE_STAMP = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{6})?")
-#: ``created_at`` as Postgres writes a ``timestamptz`` in its ``ISO`` date style: the
-#: offset's minutes only when it has some (``+00``, ``+05:30``).
-_PG_STAMP = re.compile(
-    r"[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,6})?[+-][0-9]{2}(:[0-9]{2})?"
+#: ``created_at`` as a driver returns it in text: SQLite's naive UTC text (microseconds
+#: always written), or Postgres's ``timestamptz`` in its ``ISO`` date style, whose zone
+#: (group 2) has minutes only when they are not zero (``+00``, ``+05:30``).
+_TEXT_STAMP = re.compile(
+    r"[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,6})?"
+    r"([+-][0-9]{2}(?::[0-9]{2})?)?"
 )
 
 
 def decode_row(kind: str, payload: str, event_id: str, created_at: datetime | str) -> Event:
     """:func:`decode_event` for ``created_at`` exactly as a driver returns the column: an
-    aware datetime, SQLite's naive UTC text or Postgres's ``ISO`` text (see
-    :func:`eventstore._sql.view_rows`), which goes to the JSON validator as it is (with
-    its zone) instead of being parsed here first."""
+    aware datetime, or the text of :data:`_TEXT_STAMP` (SQLite's, and Postgres's for a
+    view: see :mod:`eventstore._sql.view_rows`), which goes to the JSON validator as it is
+    (with its zone) instead of being parsed here first."""
     if isinstance(created_at, str):
-        stamp = None
-        if _SQLITE_STAMP.fullmatch(created_at):
-            stamp = created_at + "Z"
-        elif _PG_STAMP.fullmatch(created_at):
-            stamp = created_at + ":00" if created_at[-3] in "+-" else created_at
-        if stamp is not None:
+        match = _TEXT_STAMP.fullmatch(created_at)
+        if match is not None:
+            zone = match.group(2)
+            stamp = (
+                created_at + "Z"
+                if zone is None
+                else created_at + ":00"
+                if len(zone) == 3
+                else created_at
+            )
             evt = _decode_fast(kind, payload, event_id, stamp)
             if evt is not None:
                 return evt
