@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import functools
 import json
+import operator
 import re
 import sqlite3
 from collections.abc import Iterable, Sequence
@@ -458,6 +459,8 @@ def _fetch(
     return by
 
 
+#: The ``seq`` of a row of the combined statement.
+_BY_SEQ = operator.itemgetter(2)
 #: Rows of the combined statement by their tag (``src``).
 _Tagged = dict[str, list[Any]]
 
@@ -491,7 +494,7 @@ def _rows(
             return None
 
     def decoded(tag: str) -> list[StoredEvent]:
-        return [_stored(r, segs[r[1]].owner) for r in sorted(by.get(tag, ()), key=lambda r: r[2])]
+        return [_stored(r, segs[r[1]].owner) for r in sorted(by.get(tag, ()), key=_BY_SEQ)]
 
     pinned, tail = decoded("p"), decoded("t")
     if expand:  # put attachments' bytes back (one query, only when the view names blobs)
