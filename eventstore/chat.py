@@ -222,6 +222,8 @@ def _render_chat(
 
 
 def _content_value(content: list[dict[str, Any]], as_list: bool) -> Any:
+    if len(content) == 1 and not as_list and content[0].get("type") == "text":
+        return content[0]["text"]  # the usual case: one text part
     if as_list or any(c.get("type") != "text" for c in content):
         return content
     # A plain-string message: several text parts (built by code, not parsed) join the way

@@ -641,17 +641,32 @@ def decode_event(kind: str, payload: str, event_id: str, created_at: datetime) -
     return _decode_event_loads(kind, payload, event_id, created_at)
 
 
-#: ``created_at`` as SQLite holds it: naive UTC text, microseconds always written.
-_SQLITE_STAMP = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{6})?")
+#: ``created_at`` as a driver returns it in text: SQLite's naive UTC text (microseconds
+#: always written), or Postgres's ``timestamptz`` in its ``ISO`` date style, whose zone
+#: (group 2) has minutes only when they are not zero (``+00``, ``+05:30``).
+_TEXT_STAMP = re.compile(
+    r"[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,6})?"
+    r"([+-][0-9]{2}(?::[0-9]{2})?)?"
+)
 
 
 def decode_row(kind: str, payload: str, event_id: str, created_at: datetime | str) -> Event:
     """:func:`decode_event` for ``created_at`` exactly as a driver returns the column: an
-    aware datetime (Postgres), or SQLite's naive UTC text, which goes to the JSON
-    validator as it is (with its zone) instead of being parsed here first."""
+    aware datetime, or the text of :data:`_TEXT_STAMP` (SQLite's, and Postgres's for a
+    view: see :mod:`eventstore._sql.view_rows`), which goes to the JSON validator as it is
+    (with its zone) instead of being parsed here first."""
     if isinstance(created_at, str):
-        if _SQLITE_STAMP.fullmatch(created_at):
-            evt = _decode_fast(kind, payload, event_id, created_at + "Z")
+        match = _TEXT_STAMP.fullmatch(created_at)
+        if match is not None:
+            zone = match.group(2)
+            stamp = (
+                created_at + "Z"
+                if zone is None
+                else created_at + ":00"
+                if len(zone) == 3
+                else created_at
+            )
+            evt = _decode_fast(kind, payload, event_id, stamp)
             if evt is not None:
                 return evt
         created_at = datetime.fromisoformat(created_at)

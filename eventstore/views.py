@@ -468,12 +468,14 @@ def assemble(rows: ViewRows, options: ViewOptions | None, counter: TokenCounter)
     prunes: set[int] = set()
     no_rows: dict[int, PartState] = {}
     replaced = superseding(rows)
+    by_seq = rows.parts
     for stored in wanted:
-        info = rows.parts.get(stored.seq, no_rows)
-        n_parts = len(stored.event.parts) if isinstance(stored.event, Message) else 0
+        evt = stored.event
+        info = by_seq.get(stored.seq, no_rows)
+        n_parts = len(evt.parts) if isinstance(evt, Message) else 0
         states = [info.get(i, _NO_STATE) for i in range(n_parts)]
         if n_parts == 1 and (0 not in info or states[0].tokens == IMPLIED_TOKENS):
-            if sole_text(stored.event):  # no row: the event's count is the part's
+            if sole_text(evt):  # no row: the event's count is the part's
                 compacted = info[0].compacted_seq if 0 in info else None
                 states = [PartState(implied_part_tokens(stored.token_count), compacted)]
         if replaced:
@@ -481,12 +483,16 @@ def assemble(rows: ViewRows, options: ViewOptions | None, counter: TokenCounter)
                 PartState(st.tokens, replaced.get((stored.seq, i), st.compacted_seq))
                 for i, st in enumerate(states)
             ]
-        unsent = _unsent_items(stored.event, options)
-        part_tokens = [0 if i in unsent else s.tokens for i, s in enumerate(states)]
+        unsent = _unsent_items(evt, options)
+        part_tokens = (
+            [0 if i in unsent else s.tokens for i, s in enumerate(states)]
+            if unsent
+            else [s.tokens for s in states]
+        )
         item = ViewItem(stored=stored, part_tokens=part_tokens, pinned=stored.seq in pinned_seqs)
         # (A message of another provider's items alone is not sent at all.)
         tokens = MESSAGE_OVERHEAD if len(unsent) < n_parts or not n_parts else 0
-        if options.accepts is None and all(s.compacted_seq is None for s in states):
+        if options.accepts is None and not [s for s in states if s.compacted_seq is not None]:
             # Nothing shown in place of a part: the stored counts are the item's tokens.
             item.tokens = tokens + sum(part_tokens)
             items.append(item)
@@ -647,15 +653,16 @@ def _unanswered_calls(items: Sequence[ViewItem]) -> list[str]:
     """Calls the rendering gives an interrupted result: the k-th call with an id takes
     the k-th result with that id (ids may be reused within one history)."""
     results: dict[str, int] = {}
-    for item in items:
-        for p in item.message.parts:
+    messages = [item.message for item in items]
+    for msg in messages:
+        for p in msg.parts:
             if p.type == "tool_result":
                 results[p.tool_call_id] = results.get(p.tool_call_id, 0) + 1
     out: list[str] = []
-    for item in items:
-        if item.message.role != "assistant":
+    for msg in messages:
+        if msg.role != "assistant":
             continue
-        for p in item.message.parts:
+        for p in msg.parts:
             if p.type == "tool_call":
                 left = results.get(p.id, 0)
                 if left:
@@ -718,8 +725,9 @@ def _render(view: View) -> list[dict[str, Any]]:
     arrival = options.render_version >= 4
     results: dict[str, list[tuple[Message, dict[int, PartRef], dict[int, int], int, int]]] = {}
     carriers: set[int] = set()  # positions of the items that hold a tool result
+    messages = [item.message for item in view.items]
     for pos, item in enumerate(view.items):
-        msg = item.message
+        msg = messages[pos]
         for idx, p in enumerate(msg.parts):
             if isinstance(p, ToolResultPart):
                 carriers.add(pos)
@@ -752,7 +760,7 @@ def _render(view: View) -> list[dict[str, Any]]:
         else {"role": options.summary_role, "content": options.summary_prefix + summary}
     )
     for pos, item in enumerate(view.items):
-        msg = item.message
+        msg = messages[pos]
         if summary_msg is not None and not item.pinned:
             out.append(summary_msg)
             summary_msg = None

@@ -329,6 +329,10 @@ def test_canonical_json_is_the_json_dumps_text(value: Any) -> None:
         "2024-05-06 07:08:09.123456",  # SQLite's naive UTC text, as the driver returns it
         "2024-05-06 07:08:09",
         "2024-05-06T07:08:09.5+02:00",  # not SQLite's form: parsed in Python first
+        "2024-05-06 07:08:09.123456+00",  # Postgres's ISO text, as a view's statement reads it
+        "2024-05-06 07:08:09+05:30",
+        "2024-05-06 07:08:09.5-03",
+        "2024-05-06 07:08:09.123-03:00:15",  # an offset in seconds: parsed in Python first
         datetime(2024, 5, 6, 9, 8, 9, 123456, tzinfo=timezone(timedelta(hours=2))),
         datetime(2024, 5, 6, 7, 8, 9, 123456),  # naive: read as UTC, as the column type does
     ],

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import functools
 import json
+import operator
 import re
 import sqlite3
 from collections.abc import Iterable, Sequence
@@ -353,9 +354,19 @@ def _build(q: _Query, segs: list[Segment], segments: Sequence[Segment], as_of: i
     return " UNION ALL ".join([sql, *q.branches])
 
 
+#: Validates a :class:`StoredEvent` from a dict of its fields (a third faster than the
+#: keyword constructor, with the same checks).
+_STORED = StoredEvent.__pydantic_validator__.validate_python
+
+
 def _stored(r: Any, owner: str) -> StoredEvent:
     event = decode_row(r[4], r[6], r[3], r[5])
-    return StoredEvent(session_id=owner, seq=r[2], hash=r[8], token_count=r[7], event=event)
+    return cast(
+        StoredEvent,
+        _STORED(
+            {"session_id": owner, "seq": r[2], "hash": r[8], "token_count": r[7], "event": event}
+        ),
+    )
 
 
 def _in_one_query(
@@ -409,6 +420,12 @@ def _fetch(
         from psycopg import RawCursor  # the statement's placeholders are Postgres's own
 
         cur = RawCursor(driver)
+        if (driver.info.parameter_status("DateStyle") or "").startswith("ISO"):
+            # Event times as the server writes them: the JSON validator reads that text
+            # (codec.decode_row), so a datetime made here would only be written out again.
+            from psycopg.types.string import TextLoader
+
+            cur.adapters.register_loader("timestamptz", TextLoader)
     else:
         cur = driver.cursor()
     try:
@@ -444,6 +461,8 @@ def _fetch(
     return by
 
 
+#: The ``seq`` of a row of the combined statement.
+_BY_SEQ = operator.itemgetter(2)
 #: Rows of the combined statement by their tag (``src``).
 _Tagged = dict[str, list[Any]]
 
@@ -477,7 +496,7 @@ def _rows(
             return None
 
     def decoded(tag: str) -> list[StoredEvent]:
-        return [_stored(r, segs[r[1]].owner) for r in sorted(by.get(tag, ()), key=lambda r: r[2])]
+        return [_stored(r, segs[r[1]].owner) for r in sorted(by.get(tag, ()), key=_BY_SEQ)]
 
     pinned, tail = decoded("p"), decoded("t")
     if expand:  # put attachments' bytes back (one query, only when the view names blobs)
