@@ -662,15 +662,7 @@ class HeadTruncator:
             if not whole_head:
                 return None
             keep = self.min_keep_chars  # cut everything as far as allowed: the closest fit
-        targets: list[PartRef] = []
-        freed = 0
-        for ref, text, tokens in chosen:
-            if len(text) <= keep:
-                continue
-            gain = tokens - ctx.token_counter.count(truncated_text(ref, text, keep))
-            if gain > 0:
-                targets.append(ref)
-                freed += gain
+        targets, freed = _cut_to(chosen, keep, ctx)
         if not targets:
             return None
         refs = ", ".join(f'"{r.seq}:{r.index}"' for r in targets)
@@ -744,15 +736,7 @@ class NewestTruncator:
             if isinstance(part, TextPart) and idx not in item.compacted
         ]
         keep = self.min_keep_chars
-        targets: list[PartRef] = []
-        freed = 0
-        for ref, text, tokens in chosen:
-            if len(text) <= keep:
-                continue
-            gain = tokens - ctx.token_counter.count(truncated_text(ref, text, keep))
-            if gain > 0:
-                targets.append(ref)
-                freed += gain
+        targets, freed = _cut_to(chosen, keep, ctx)
         if not targets:
             return None
         refs = ", ".join(f'"{r.seq}:{r.index}"' for r in targets)
@@ -769,6 +753,23 @@ class NewestTruncator:
         evt.note = note
         proposal.notes.append(note)
         return proposal
+
+
+def _cut_to(
+    chosen: list[tuple[PartRef, str, int]], keep: int, ctx: PlanContext
+) -> tuple[list[PartRef], int]:
+    """The texts of ``chosen`` that shown as ``keep`` characters (head and tail) count
+    fewer tokens, and the tokens that frees."""
+    targets: list[PartRef] = []
+    freed = 0
+    for ref, text, tokens in chosen:
+        if len(text) <= keep:
+            continue
+        gain = tokens - ctx.token_counter.count(truncated_text(ref, text, keep))
+        if gain > 0:
+            targets.append(ref)
+            freed += gain
+    return targets, freed
 
 
 def newest_group(view: View) -> list[ViewItem]:

@@ -51,22 +51,34 @@ def console(stderr: bool = False) -> Any:
     return Console(stderr=stderr, highlight=False, soft_wrap=not stderr)
 
 
+def _bar(counts: str) -> Any:
+    """A transient rich progress bar on stderr: the description, a bar, ``counts``
+    (``"items"``: done of total; ``"bytes"``: bytes read of total) and the time elapsed."""
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        MofNCompleteColumn,
+        Progress,
+        TimeElapsedColumn,
+    )
+
+    return Progress(
+        "[progress.description]{task.description}",
+        BarColumn(),
+        DownloadColumn() if counts == "bytes" else MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console(stderr=True),
+        transient=True,
+    )
+
+
 @contextmanager
 def progress(label: str, enabled: bool) -> Iterator[Callable[[int, int], None] | None]:
     """A rich progress bar on stderr, or nothing when stderr is not a terminal."""
     if not enabled or not sys.stderr.isatty():
         yield None
         return
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
-
-    with Progress(
-        "[progress.description]{task.description}",
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console(stderr=True),
-        transient=True,
-    ) as bar:
+    with _bar("items") as bar:
         task = bar.add_task(label, total=None)
 
         def update(done: int, total: int) -> None:
@@ -82,16 +94,7 @@ def files_progress(enabled: bool) -> Iterator[Callable[[Path, int, int], None] |
     if not enabled or not sys.stderr.isatty():
         yield None
         return
-    from rich.progress import BarColumn, DownloadColumn, Progress, TimeElapsedColumn
-
-    with Progress(
-        "[progress.description]{task.description}",
-        BarColumn(),
-        DownloadColumn(),
-        TimeElapsedColumn(),
-        console=console(stderr=True),
-        transient=True,
-    ) as bar:
+    with _bar("bytes") as bar:
         task = bar.add_task("importing", total=None)
         shown: list[Path | None] = [None]
 
