@@ -13,6 +13,7 @@ import re
 import shutil
 import threading
 import uuid
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -50,16 +51,18 @@ def _run(
     return list(import_files(store, files, jobs=jobs, **kw))
 
 
-def _workers() -> list[int]:
-    """This process's children that are running: its imports' workers."""
-    me = str(os.getpid())
+def _workers(before: Iterable[int] = ()) -> list[int]:
+    """This process's children that are running and not among ``before`` (children the
+    test process had already, such as a model server another test started): its imports'
+    workers."""
+    me, old = str(os.getpid()), set(before)
     found = []
     for proc in Path("/proc").iterdir():
         try:
             stat = (proc / "stat").read_text().rsplit(")", 1)[1].split()
         except (OSError, IndexError):
             continue
-        if stat[1] == me and stat[0] != "Z":
+        if stat[1] == me and stat[0] != "Z" and int(proc.name) not in old:
             found.append(int(proc.name))
     return found
 
@@ -136,12 +139,13 @@ def test_workers_import_the_samples_as_one_process_does(two_stores: Any) -> None
     files = _files(DATA)
     assert len(files) > 10
     here = _run(one, files, 1)
+    before = _workers()
     workers = []
     for item in import_files(many, files, jobs=3, batch_size=7):  # several batches a file
         if not workers:
-            assert len(_workers()) == 2  # the writer is this process
+            assert len(_workers(before)) == 2  # the writer is this process
         workers.append(item)
-    assert _workers() == []
+    assert _workers(before) == []
     assert _reported(workers) == _reported(here)
     assert not any(isinstance(r, Exception) for _, r in here)
     _assert_same_log(_log(one), _log(many))
@@ -162,11 +166,12 @@ def test_with_a_thread_running_the_workers_are_fresh_interpreters(two_stores: An
     stop = threading.Event()
     busy = threading.Thread(target=stop.wait, daemon=True)
     busy.start()
+    before = _workers()
     try:
         workers = []
         for item in import_files(many, files, jobs=3, batch_size=7):
             if not workers:
-                kids = _workers()
+                kids = _workers(before)
                 assert len(kids) == 2
                 assert all(b"_serve" in Path(f"/proc/{k}/cmdline").read_bytes() for k in kids)
             workers.append(item)

@@ -31,7 +31,6 @@ from typing import Any
 from sqlalchemy.exc import DBAPIError
 
 from .. import _sql
-from .._citus_direct import DirectRoutes
 from .._engine import busy_error
 from ..codec import Encoded
 from ..distribution import routes_appends
@@ -40,7 +39,7 @@ from ..events import utcnow
 from . import postgres, sqlite
 from .locked import lock_head
 from .rows import Rows, Write
-from .store import Store
+from .store import DirectCalls, Store
 
 __all__ = ["eligible", "known_head", "routed", "read_head", "append", "landed", "close"]
 
@@ -208,7 +207,7 @@ def _pg_append(store: Store, w: Write) -> bool:
     return applied
 
 
-def _direct_append(store: Store, direct: DirectRoutes, w: Write) -> bool | None:
+def _direct_append(store: Store, direct: DirectCalls, w: Write) -> bool | None:
     """The routed call sent straight to the session's worker (``citus_direct``); ``None``
     when it is to go by the coordinator (no worker known or reachable). A failure there
     forgets where the session is, and the locked path repeats the append through the

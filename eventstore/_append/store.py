@@ -14,12 +14,25 @@ from typing import Any, Protocol, TypeVar
 
 from sqlalchemy.engine import Connection, Engine
 
-from .._citus_direct import DirectRoutes
 from ..tokens import TokenCounter
 
-__all__ = ["Store", "HeadCache", "DriverSlot"]
+__all__ = ["Store", "HeadCache", "DriverSlot", "DirectCalls"]
 
 T = TypeVar("T")
+
+
+class DirectCalls(Protocol):
+    """Where a session's routed calls go straight to the worker that holds its shard
+    (``citus_direct``: :class:`eventstore._citus_direct.DirectRoutes`)."""
+
+    def take(self, session_id: str) -> tuple[Any, bool, DriverSlot] | None:
+        """A pooled connection to the session's worker, whether its slot keeps it, and
+        the slot to give it back to; ``None``: go by the coordinator."""
+        ...
+
+    def forget(self, session_id: str) -> None:
+        """Forget where the session is (a call there failed)."""
+        ...
 
 
 class HeadCache:
@@ -138,9 +151,11 @@ class Store(Protocol):
     _driver_slot: DriverSlot | None
     _lock_local: bool
     _routed: bool
-    _direct: DirectRoutes | None
     _timeouts: Any
     _replica: Any
+
+    @property
+    def _direct(self) -> DirectCalls | None: ...
 
     def _open_schema(self) -> None: ...
 
