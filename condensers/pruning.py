@@ -675,13 +675,7 @@ class HeadTruncator:
             f"{keep:,} characters ({', '.join(cut)}); recall(ref=...) with {refs} "
             "returns each whole, and search_history finds what they said"
         )
-        proposal = _prune_proposal(self.name, self.settings(), view, targets, freed, ctx, started)
-        evt = proposal.event
-        assert isinstance(evt, Prune)
-        evt.keep_chars = keep
-        evt.note = note
-        proposal.notes.append(note)
-        return proposal
+        return _cut_proposal(self, view, targets, freed, ctx, started, keep, note)
 
 
 class NewestTruncator:
@@ -746,13 +740,28 @@ class NewestTruncator:
             f"available): the newest assistant text cut to {keep:,} characters; "
             f"recall(ref=...) with {refs} returns it whole"
         )
-        proposal = _prune_proposal(self.name, self.settings(), view, targets, freed, ctx, started)
-        evt = proposal.event
-        assert isinstance(evt, Prune)
-        evt.keep_chars = keep
-        evt.note = note
-        proposal.notes.append(note)
-        return proposal
+        return _cut_proposal(self, view, targets, freed, ctx, started, keep, note)
+
+
+def _cut_proposal(
+    step: HeadTruncator | NewestTruncator,
+    view: View,
+    targets: list[PartRef],
+    freed: int,
+    ctx: PlanContext,
+    started: float,
+    keep: int,
+    note: str,
+) -> Proposal:
+    """The prune that shows ``targets`` as their first and last ``keep`` characters,
+    with ``note`` on it and among the proposal's notes."""
+    proposal = _prune_proposal(step.name, step.settings(), view, targets, freed, ctx, started)
+    evt = proposal.event
+    assert isinstance(evt, Prune)
+    evt.keep_chars = keep
+    evt.note = note
+    proposal.notes.append(note)
+    return proposal
 
 
 def _cut_to(
