@@ -73,7 +73,7 @@ from eventstore.views import llm_call_events
 from ._io import Complete, Routine, adrive, append, drive, read_view
 from .base import PlanContext, Trigger
 from .pipeline import Outcome, Pipeline, default_pipeline
-from .pruning import ResultTruncator, ToolOutputPruner, unseen_seqs
+from .pruning import NewestTruncator, ResultTruncator, ToolOutputPruner, unseen_seqs
 from .window import WindowCondenser
 
 if TYPE_CHECKING:
@@ -618,7 +618,7 @@ class CondensationPolicy:
     def _intake_plan(self, view: View) -> View:
         """``view`` as capping its unseen results would leave it (``view`` itself when
         there is nothing to cap); nothing is written."""
-        steps = [s for s in self.pipeline.steps if isinstance(s, ResultTruncator)]
+        steps = self._intake_steps()
         if not steps or not unseen_seqs(view):
             return view
         ctx = PlanContext(
@@ -627,10 +627,15 @@ class CondensationPolicy:
         planned = self.pipeline.plan_all(view, self.budget, ctx, steps)
         return planned.view if planned.proposals else view
 
+    def _intake_steps(self) -> list[Any]:
+        """The pipeline's steps that cap what the model has not been sent yet: its
+        newest reply's text and the results of its newest calls."""
+        return [s for s in self.pipeline.steps if isinstance(s, ResultTruncator | NewestTruncator)]
+
     def _intake(self, session_id: str, view: View) -> Routine[Outcome | None]:
         """Cap the results the model has not seen yet (see :class:`ResultTruncator`),
         when nothing else runs: they were never sent, so no cached prefix changes."""
-        steps = [s for s in self.pipeline.steps if isinstance(s, ResultTruncator)]
+        steps = self._intake_steps()
         if not steps or not unseen_seqs(view):
             return None
         return (yield from self._side_run(session_id, view, steps, intake=True))

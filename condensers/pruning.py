@@ -19,13 +19,19 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from eventstore.errors import ConfigurationError
-from eventstore.events import PartRef, Prune, TextPart, ToolResultPart
+from eventstore.events import PartRef, Prune, TextPart, ToolCallPart, ToolResultPart
 from eventstore.tokens import part_text
-from eventstore.views import is_marked_task, placeholder_text, truncated_text
+from eventstore.views import (
+    cut_text,
+    is_marked_task,
+    placeholder_text,
+    shared_cap,
+    truncated_text,
+)
 
 from .base import PlanContext, Proposal
 
@@ -537,19 +543,6 @@ class ResultTruncator:
         return proposal
 
 
-def shared_cap(sizes: Sequence[int], total: int) -> int:
-    """The largest size each of ``sizes`` may keep so that together they take at most
-    ``total``: sizes under an equal share keep what they have, and what they leave is
-    shared among the larger ones (``total`` when they fit as they are)."""
-    left, n = total, len(sizes)
-    for size in sorted(sizes):
-        if size * n > left:
-            return left // n
-        left -= size
-        n -= 1
-    return total
-
-
 def unseen_seqs(view: View) -> set[int]:
     """Seqs of the view's messages after its newest assistant message: what the model has
     not been sent yet (the results of its latest calls, and anything after them)."""
@@ -706,41 +699,87 @@ class NewestTruncator:
 
     name = "truncate_newest_text"
 
-    def __init__(self, *, min_keep_chars: int = 400) -> None:
+    def __init__(self, *, min_keep_chars: int = 400, fresh_fraction: float | None = 0.15) -> None:
         if min_keep_chars < 64:
             raise ConfigurationError(f"min_keep_chars must be >= 64, got {min_keep_chars}")
+        if fresh_fraction is not None and not 0 < fresh_fraction <= 1:
+            raise ConfigurationError(
+                f"fresh_fraction must be in (0, 1] or None, got {fresh_fraction}"
+            )
         self.min_keep_chars = min_keep_chars
+        self.fresh_fraction = fresh_fraction
 
     def settings(self) -> dict[str, Any]:
-        return {"min_keep_chars": self.min_keep_chars}
+        return {"min_keep_chars": self.min_keep_chars, "fresh_fraction": self.fresh_fraction}
+
+    def fresh_limit(self, view: View, budget: Budget) -> int | None:
+        """Tokens the newest reply's text may take before it is first sent (``None``:
+        no cap): ``fresh_fraction`` of the conversation room, at least ``min_keep_chars``."""
+        if self.fresh_fraction is None:
+            return None
+        pinned = sum(i.tokens for i in view.items if i.pinned)
+        room = budget.available - pinned - view.summary_tokens - view.extra_tokens
+        return max(math.floor(max(room, 0) * self.fresh_fraction), self.min_keep_chars // 4)
 
     def plan(self, view: View, budget: Budget, ctx: PlanContext) -> Proposal | None:
         started = time.perf_counter()
-        head = sum(i.tokens for i in view.items if i.pinned) + view.extra_tokens
-        floor = head + newest_group_tokens(view)
-        if floor <= budget.available or head > budget.available:
-            return None
         group = newest_group(view)
         if len(group) < 2 or group[0].message.role != "assistant":
             return None
         item = group[0]
-        chosen = [
-            (PartRef(seq=item.seq, index=idx), part.text, item.part_tokens[idx])
+        parts = {
+            idx: part
             for idx, part in enumerate(item.message.parts)
-            if isinstance(part, TextPart) and idx not in item.compacted
+            if isinstance(part, TextPart | ToolCallPart) and idx not in item.compacted
+        }
+        chosen = [
+            (PartRef(seq=item.seq, index=idx), part_text(part), item.part_tokens[idx])
+            for idx, part in parts.items()
         ]
-        keep = self.min_keep_chars
-        targets, freed = _cut_to(chosen, keep, ctx)
+        if not chosen:
+            return None
+
+        def cut(ref: PartRef, text: str, keep: int) -> str:
+            return cut_text(ref, parts[ref.index], keep)
+
+        head = sum(i.tokens for i in view.items if i.pinned) + view.extra_tokens
+        floor = head + sum(i.tokens for i in group)
+        if not ctx.intake and budget.available < floor and head <= budget.available:
+            keep = self.min_keep_chars
+            targets, freed = _cut_to(chosen, keep, ctx, cut)
+            reason = (
+                f"the pinned head ({head:,} tokens) and the newest messages "
+                f"({floor - head:,} tokens) are over the budget ({budget.available:,} "
+                "available)"
+            )
+        else:
+            limit = self.fresh_limit(view, budget)
+            size = sum(tokens for _, _, tokens in chosen)
+            if limit is None or size <= limit:
+                return None
+            # Four characters a token, fewer for text the counter finds denser (code,
+            # numbers), so that the cut holds by the stored count too; the large texts
+            # share what the small ones leave.
+            chars = sum(len(t) for _, t, _ in chosen)
+            allowed = int(limit * min(chars / size, 4.0))
+            keep = max(shared_cap([len(t) for _, t, _ in chosen], allowed), self.min_keep_chars)
+            targets, freed = _cut_to(chosen, keep, ctx, cut)
+            reason = (
+                f"the newest reply ({size:,} tokens) is over its share of the room "
+                f"({limit:,} tokens), and it was never sent"
+            )
         if not targets:
             return None
         refs = ", ".join(f'"{r.seq}:{r.index}"' for r in targets)
         note = (
-            f"the pinned head ({head:,} tokens) and the newest messages "
-            f"({floor - head:,} tokens) are over the budget ({budget.available:,} "
-            f"available): the newest assistant text cut to {keep:,} characters; "
+            f"{reason}: its text and tool-call arguments cut to {keep:,} characters; "
             f"recall(ref=...) with {refs} returns it whole"
         )
-        return _cut_proposal(self, view, targets, freed, ctx, started, keep, note)
+        proposal = _cut_proposal(self, view, targets, freed, ctx, started, keep, note)
+        if ctx.intake:
+            assert isinstance(proposal.event, Prune)
+            proposal.event.trigger = "intake"
+        return proposal
 
 
 def _cut_proposal(
@@ -765,16 +804,20 @@ def _cut_proposal(
 
 
 def _cut_to(
-    chosen: list[tuple[PartRef, str, int]], keep: int, ctx: PlanContext
+    chosen: list[tuple[PartRef, str, int]],
+    keep: int,
+    ctx: PlanContext,
+    cut: Callable[[PartRef, str, int], str] = truncated_text,
 ) -> tuple[list[PartRef], int]:
-    """The texts of ``chosen`` that shown as ``keep`` characters (head and tail) count
-    fewer tokens, and the tokens that frees."""
+    """The texts of ``chosen`` that shown as ``keep`` characters (``cut``: head and tail)
+    count fewer tokens, and the tokens that frees."""
     targets: list[PartRef] = []
     freed = 0
     for ref, text, tokens in chosen:
-        if len(text) <= keep:
+        shown = cut(ref, text, keep)
+        if len(text) <= keep or shown == text:
             continue
-        gain = tokens - ctx.token_counter.count(truncated_text(ref, text, keep))
+        gain = tokens - ctx.token_counter.count(shown)
         if gain > 0:
             targets.append(ref)
             freed += gain

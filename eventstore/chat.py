@@ -188,7 +188,8 @@ def _render_chat(
                 raise InvalidEventError(
                     f"parts[{i}]: only assistant messages hold tool calls, not {message.role!r}"
                 )
-            calls.append(_render_call(part))
+            # A truncated call shows its cut arguments (still JSON); else it stays whole.
+            calls.append(_render_call(part, text))
         elif text is not None:
             content.append({"type": "text", "text": text})
         elif isinstance(part, ReasoningPart):
@@ -231,11 +232,14 @@ def _content_value(content: list[dict[str, Any]], as_list: bool) -> Any:
     return "\n".join(c["text"] for c in content)
 
 
-def _render_call(part: ToolCallPart) -> dict[str, Any]:
+def _render_call(part: ToolCallPart, arguments: str | None = None) -> dict[str, Any]:
     return {
         "id": part.id,
         "type": part.call_type,
-        "function": {"name": part.name, "arguments": part.arguments},
+        "function": {
+            "name": part.name,
+            "arguments": part.arguments if arguments is None else arguments,
+        },
     }
 
 

@@ -424,7 +424,8 @@ class CondensationRequest(_Event):
 
 
 class Prune(_Event):
-    """Marks tool-result parts as compacted. Their content stays in the database."""
+    """Marks tool-result parts as compacted (or, with ``keep_chars``, texts and tool-call
+    arguments as truncated). Their content stays in the database."""
 
     kind: Literal["prune"] = "prune"
     """Discriminator."""

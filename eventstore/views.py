@@ -38,6 +38,7 @@ from .events import (
     PartRef,
     ProviderPart,
     Prune,
+    ToolCallPart,
     ToolResultPart,
     Usage,
     empty_assistant,
@@ -58,6 +59,8 @@ __all__ = [
     "render",
     "placeholder_text",
     "truncated_text",
+    "truncated_arguments",
+    "cut_text",
     "media_stand_in",
     "fingerprint",
     "llm_call_events",
@@ -186,26 +189,112 @@ def placeholder_text(options: ViewOptions, ref: PartRef) -> str:
     return text
 
 
-def truncated_text(ref: PartRef, text: str, keep: int) -> str:
+def truncated_text(ref: PartRef, text: str, keep: int, what: str = "output") -> str:
     """The text shown for part ``ref`` truncated by a prune with ``keep_chars=keep``: its
     first two thirds and last third of ``keep`` characters around a line that says how
-    much was left out and how to get it back."""
+    much was left out and how to get the whole ``what`` back."""
     if len(text) <= keep:
         return text
     head = keep * 2 // 3
     tail = keep - head
     mark = (
         f"[... {len(text) - keep:,} of {len(text):,} characters omitted; "
-        f'recall(ref="{ref.seq}:{ref.index}") returns the whole output ...]'
+        f'recall(ref="{ref.seq}:{ref.index}") returns the whole {what} ...]'
     )
     return f"{text[:head]}\n{mark}\n{text[len(text) - tail :]}"
 
 
+def shared_cap(sizes: Sequence[int], total: int) -> int:
+    """The largest size each of ``sizes`` may keep so that together they take at most
+    ``total``: sizes under an equal share keep what they have, and what they leave is
+    shared among the larger ones (``total`` when they fit as they are)."""
+    left, n = total, len(sizes)
+    for size in sorted(sizes):
+        if size * n > left:
+            return left // n
+        left -= size
+        n -= 1
+    return total
+
+
+MIN_KEPT_VALUE = 32
+"""Fewest characters a string value of cut tool-call arguments keeps."""
+
+
+def truncated_arguments(ref: PartRef, arguments: str, keep: int) -> str:
+    """Tool-call arguments cut to about ``keep`` characters as JSON that still parses:
+    the long string values (a file's contents, a patch) shown as their first two thirds
+    and last third around a line that says how to get the whole call back, the short ones
+    (a path, a flag) whole. Arguments that are not a JSON object stay as they are (a
+    provider would refuse them cut)."""
+    if len(arguments) <= keep:
+        return arguments
+    try:
+        obj = json.loads(arguments)
+    except ValueError:
+        return arguments
+    if not isinstance(obj, dict):
+        return arguments
+    sizes: list[int] = []
+
+    def collect(value: Any) -> None:
+        if isinstance(value, str):
+            sizes.append(len(value))
+        elif isinstance(value, dict):
+            for v in value.values():
+                collect(v)
+        elif isinstance(value, list):
+            for v in value:
+                collect(v)
+
+    collect(obj)
+    overhead = len(arguments) - sum(sizes)
+    cap = max(shared_cap(sizes, max(keep - overhead, 0)), MIN_KEPT_VALUE)
+    cut = False
+
+    def shorten(value: Any) -> Any:
+        nonlocal cut
+        if isinstance(value, str):
+            short = truncated_text(ref, value, cap, "call")
+            if len(short) < len(value):
+                cut = True
+                return short
+            return value
+        if isinstance(value, dict):
+            return {k: shorten(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [shorten(v) for v in value]
+        return value
+
+    shown = shorten(obj)
+    return json.dumps(shown, ensure_ascii=False) if cut else arguments
+
+
+def cut_text(ref: PartRef, part: Any, keep: int) -> str:
+    """The text part ``ref`` counts as when a prune with ``keep_chars=keep`` truncates it
+    (as :func:`~eventstore.tokens.part_text` counts it whole): a tool call's name and its
+    arguments as :func:`truncated_arguments`, any other part's text as
+    :func:`truncated_text`."""
+    if isinstance(part, ToolCallPart):
+        return f"{part.name} {truncated_arguments(ref, part.arguments, keep)}"
+    return truncated_text(ref, part_text(part), keep)
+
+
 def _shown(options: ViewOptions, ref: PartRef, part: Any, keep: int | None) -> str:
-    """What a compacted part renders as: its truncation, or the placeholder."""
+    """What a compacted part renders as: its truncation, or the placeholder (a tool call
+    is never replaced whole: it stays beside its result)."""
+    if isinstance(part, ToolCallPart):
+        return part.arguments if keep is None else truncated_arguments(ref, part.arguments, keep)
     if keep is not None:
         return truncated_text(ref, part_text(part), keep)
     return placeholder_text(options, ref)
+
+
+def _counted(options: ViewOptions, ref: PartRef, part: Any, keep: int | None) -> str:
+    """The text a compacted part counts as: what it shows, and a tool call's name beside
+    its arguments (as :func:`~eventstore.tokens.part_text` counts a whole call)."""
+    shown = _shown(options, ref, part, keep)
+    return f"{part.name} {shown}" if isinstance(part, ToolCallPart) else shown
 
 
 _NONE_REFUSED: frozenset[int] = frozenset()
@@ -508,7 +597,7 @@ def assemble(rows: ViewRows, options: ViewOptions | None, counter: TokenCounter)
                 if keep is not None:
                     item.kept[idx] = keep
                 part = stored.event.parts[idx]  # type: ignore[union-attr]
-                tokens += counts(_shown(options, ref, part, keep))
+                tokens += counts(_counted(options, ref, part, keep))
             elif idx in refused:
                 tokens += counts(media_stand_in(stored.event.parts[idx]))  # type: ignore[union-attr]
             else:
@@ -606,7 +695,7 @@ def apply_event(view: View, event: Prune | Condensation, counter: TokenCounter) 
                 ref = PartRef(seq=item.seq, index=idx)
                 part = item.message.parts[idx]
                 before = (
-                    counts(_shown(options, ref, part, item.kept[idx]))
+                    counts(_counted(options, ref, part, item.kept[idx]))
                     if idx in item.kept
                     else item.part_tokens[idx]
                 )
@@ -615,7 +704,7 @@ def apply_event(view: View, event: Prune | Condensation, counter: TokenCounter) 
                 new.kept.pop(idx, None)
                 if event.keep_chars is not None:
                     new.kept[idx] = event.keep_chars
-                new.tokens += counts(_shown(options, ref, part, event.keep_chars)) - before
+                new.tokens += counts(_counted(options, ref, part, event.keep_chars)) - before
             prunes.add(seq)
             items.append(new)
         return replace(view, seq=seq, items=items, prunes=sorted(prunes), _messages=None)

@@ -22,7 +22,9 @@ import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
+from condensers import CondensationPolicy, NewestTruncator, default_pipeline
 from eventstore import AsyncEventStore, EventStore
+from eventstore.budget import Budget
 
 PG_URL = os.environ.get(
     "EVENTSTORE_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/eventstore_test"
@@ -318,3 +320,15 @@ def verbatim_head_pipeline() -> Any:
     from condensers import HeadTruncator, Pipeline, default_pipeline
 
     return Pipeline([s for s in default_pipeline().steps if not isinstance(s, HeadTruncator)])
+
+
+def uncapped_policy(budget: Budget, **kwargs: object) -> CondensationPolicy:
+    """The default policy with the newest reply left uncapped before it is first sent
+    (:class:`NewestTruncator` ``fresh_fraction=None``): for the rules that act on a newest
+    message group the default cap would already have shrunk."""
+    pipeline = default_pipeline()
+    pipeline.steps = [
+        NewestTruncator(fresh_fraction=None) if isinstance(s, NewestTruncator) else s
+        for s in pipeline.steps
+    ]
+    return CondensationPolicy(budget, pipeline=pipeline, **kwargs)  # type: ignore[arg-type]

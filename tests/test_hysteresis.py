@@ -7,8 +7,6 @@ could fit over the budget.
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from condensers import CondensationPolicy, registry
@@ -17,6 +15,7 @@ from condensers.policy import floor_tokens
 from eventstore import Condensation, EventStore, Message, ToolCallPart
 from eventstore.budget import Budget
 from eventstore.tokens import HeuristicTokenCounter
+from tests.conftest import uncapped_policy
 
 
 def _budget() -> Budget:
@@ -349,7 +348,8 @@ def test_a_summary_is_left_out_when_that_lets_the_view_through(
             ],
         )
     text = "Follow the rules. " * repeats
-    big = ToolCallPart(id="big", name="write", arguments=json.dumps({"text": text}))
+    # Arguments that are not a JSON object: no cut of them would still parse.
+    big = ToolCallPart(id="big", name="write", arguments=text)
     store.append(sid, [Message.assistant("Writing the fix.", [big]), Message.tool("big", "done")])
     floor = floor_tokens(store.view(sid))
     if shown:
@@ -394,8 +394,9 @@ def test_a_condensation_lasts_several_turns_where_a_turn_is_a_large_share_of_the
     room for three turns at the session's pace (up to 90% of the room), so the summary is
     shorter and the prompt prefix is rewritten less often. Every fact is still carried."""
     budget = Budget(4096, 512, 205)  # 3,379 available
-    paced = CondensationPolicy(budget, token_counter=store.token_counter, real_counter=False)
-    share = CondensationPolicy(
+    # The newest reply left uncapped: the default cap would shrink the turns themselves.
+    paced = uncapped_policy(budget, token_counter=store.token_counter, real_counter=False)
+    share = uncapped_policy(
         budget, headroom_turns=0, token_counter=store.token_counter, real_counter=False
     )
     assert paced.headroom_turns == 3

@@ -22,6 +22,7 @@ from eventstore import (
 from eventstore.budget import Budget
 from eventstore.tokens import message_tokens
 from eventstore.views import TASK_MARK
+from tests.conftest import uncapped_policy
 
 BUDGET = Budget(max_input_tokens=4096, reserved_output=512, buffer=205)
 TASK = "Make parse_date accept ISO week dates like 2024-W05-3."
@@ -294,7 +295,7 @@ def test_a_large_newest_message_beside_a_head_that_fits_cuts_the_request_not_the
     (its start and end, with the way back), the task and the system prompt stay whole,
     and the view fits."""
     sid = _instructions_then_request(store)
-    policy = CondensationPolicy(BUDGET, token_counter=store.token_counter, real_counter=False)
+    policy = uncapped_policy(BUDGET, token_counter=store.token_counter, real_counter=False)
     for i in range(3):  # ordinary turns: nothing in the head is touched
         store.append(sid, [Message.assistant(f"step {i}"), Message.user(f"output {i}")])
         policy.maybe_condense(store, sid)
@@ -324,7 +325,7 @@ def test_context_between_the_task_and_the_request_is_cut_before_the_request(
     sid = _instructions_then_request(store, environment)
     store.append(sid, [Message.assistant("plan: " + "consider the invoice tables " * 220)])
     store.append(sid, [Message.user("noted")])
-    policy = CondensationPolicy(BUDGET, token_counter=store.token_counter, real_counter=False)
+    policy = uncapped_policy(BUDGET, token_counter=store.token_counter, real_counter=False)
     out = policy.maybe_condense(store, sid)
     assert out.fits
     messages = store.view(sid).to_messages()
@@ -360,7 +361,7 @@ def test_a_head_that_fits_only_by_the_estimate_is_cut_to_fit_by_the_real_count(
     store.append(sid, [Message.user("noted")])
     view = store.view(sid)
     assert view.tokens <= BUDGET.available < message_tokens(view.to_messages(), real)
-    policy = CondensationPolicy(BUDGET, token_counter=store.token_counter, real_counter=real)
+    policy = uncapped_policy(BUDGET, token_counter=store.token_counter, real_counter=real)
     scaled = policy.run_budget(view.tokens, message_tokens(view.to_messages(), real))
     assert scaled.max_input_tokens == BUDGET.max_input_tokens
     assert scaled.available < BUDGET.available and scaled.buffer > BUDGET.buffer
@@ -418,7 +419,7 @@ def test_a_long_newest_reply_beside_a_task_that_fits_has_its_text_cut_not_its_ca
     store.append(sid, [Message.tool("c1", found, name="bash")])
     view = store.view(sid)
     assert sum(i.tokens for i in view.items if i.pinned) <= BUDGET.available < view.tokens
-    policy = CondensationPolicy(BUDGET, token_counter=store.token_counter, real_counter=False)
+    policy = uncapped_policy(BUDGET, token_counter=store.token_counter, real_counter=False)
     out = policy.maybe_condense(store, sid)
     assert out.error is None and out.fits
     assert [s.condenser for s in out.steps] == ["truncate_newest_text"]
@@ -430,7 +431,7 @@ def test_a_long_newest_reply_beside_a_task_that_fits_has_its_text_cut_not_its_ca
     assert reply["tool_calls"][0]["function"]["arguments"] == args
     assert sent[3]["content"] == found
     (cut,) = _newest_cuts(store, sid)
-    assert cut.keep_chars == 400 and "newest assistant text" in (cut.note or "")
+    assert cut.keep_chars == 400 and "text and tool-call arguments cut to 400" in (cut.note or "")
     assert store.original(sid, cut.targets[0]).text == thought
     assert store.verify(sid).ok
     store.append(
@@ -527,14 +528,15 @@ def test_a_floor_over_the_budget_within_its_buffer_leaves_the_summary_out(
 def test_a_view_the_tokenizer_puts_over_the_budget_at_the_floor_says_so(
     store: EventStore,
 ) -> None:
-    """The system prompt, the task and a newest call whose arguments nothing may cut are
-    over the budget by the tokenizer though not by the estimates: the outcome says so
-    (``fits`` false, the tokenizer's count), and the task stays whole."""
+    """The system prompt, the task and a newest call whose arguments nothing may cut
+    (they are not a JSON object: no cut of them would still parse) are over the budget
+    by the tokenizer though not by the estimates: the outcome says so (``fits`` false,
+    the tokenizer's count), and the task stays whole."""
     real = _CountsMore()
     sid = store.create_session().id
     task = "Task: " + "word " * 1_200
     store.append(sid, [Message.system("You are a coding agent."), Message.user(task)])
-    body = json.dumps({"text": "data " * 1_400})
+    body = "data " * 1_400
     store.append(
         sid,
         [Message.assistant("", tool_calls=[ToolCallPart(id="w", name="write", arguments=body)])],
@@ -542,7 +544,7 @@ def test_a_view_the_tokenizer_puts_over_the_budget_at_the_floor_says_so(
     store.append(sid, [Message.tool("w", "written", name="write")])
     view = store.view(sid)
     assert view.tokens <= BUDGET.available < message_tokens(view.to_messages(), real)
-    policy = CondensationPolicy(BUDGET, token_counter=store.token_counter, real_counter=real)
+    policy = uncapped_policy(BUDGET, token_counter=store.token_counter, real_counter=real)
     out = policy.maybe_condense(store, sid)
     assert out.error is None and not out.fits
     assert out.real_tokens is not None and out.real_tokens > BUDGET.available

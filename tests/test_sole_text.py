@@ -133,7 +133,7 @@ def test_truncating_an_implied_part_writes_its_row_stamped(store: EventStore) ->
     # Only a text part can be truncated; a placeholder still needs a tool result.
     with pytest.raises(Exception, match="not a stored tool result"):
         store.append(sid, [Prune(targets=[{"seq": 1, "index": 0}])])
-    with pytest.raises(Exception, match="not a stored tool result or text"):
+    with pytest.raises(Exception, match="not a stored tool result, text or tool call"):
         store.append(sid, [Prune(targets=[{"seq": 1, "index": 1}], keep_chars=64)])
 
 

@@ -274,10 +274,13 @@ def _apply_prune(
             if implied is not None:
                 row = _ImpliedRow("text", None)
         # A placeholder replaces tool results only; a truncation (keep_chars) may also cut
-        # a message's text (a pinned head too large for the budget).
-        allowed = ("tool_result",) if prune.keep_chars is None else ("tool_result", "text")
+        # a message's text (a pinned head too large for the budget) or a tool call's
+        # arguments (a reply's file contents, cut before it is first sent).
+        allowed = (
+            ("tool_result",) if prune.keep_chars is None else ("tool_result", "text", "tool_call")
+        )
         if row is None or row.type not in allowed:
-            what = "tool result" if prune.keep_chars is None else "tool result or text"
+            what = "tool result" if prune.keep_chars is None else "tool result, text or tool call"
             raise InvalidEventError(
                 f"prune.targets: seq {ref.seq} part {ref.index} is not a stored {what}"
             )
