@@ -7,12 +7,26 @@ import json
 
 import pytest
 
-from condensers import CondensationPolicy, Pipeline, PlanContext, ResultTruncator
+from condensers import (
+    CondensationPolicy,
+    NewestTruncator,
+    Pipeline,
+    PlanContext,
+    ResultTruncator,
+)
 from condensers.base import apply
 from condensers.pruning import shared_cap
-from eventstore import ConfigurationError, EventStore, Message, PartRef, Prune, ToolCallPart
+from eventstore import (
+    ConfigurationError,
+    EventStore,
+    InvalidEventError,
+    Message,
+    PartRef,
+    Prune,
+    ToolCallPart,
+)
 from eventstore.budget import Budget
-from eventstore.views import apply_event, truncated_text
+from eventstore.views import apply_event, truncated_arguments, truncated_text
 
 BUDGET = Budget(max_input_tokens=8_000, reserved_output=1_000, buffer=200)  # 6,800
 
@@ -211,3 +225,109 @@ def test_a_small_room_gives_the_unseen_results_a_smaller_share(store: EventStore
     assert flat.fresh_limit(view, budget) == int((budget.available - view.tokens) * 0.08)
     with pytest.raises(ConfigurationError, match="fresh_min_fraction"):
         ResultTruncator(fresh_min_fraction=0.1)
+
+
+def _write_turn(store: EventStore, sid: str, i: int, body: str) -> ToolCallPart:
+    """The model writes a file (its contents in the call's arguments); the tool answers."""
+    args = json.dumps({"file_path": f"src/module_{i}.py", "content": body})
+    call = ToolCallPart(id=f"w{i}", name="write", arguments=args)
+    thought = f"Writing src/module_{i}.py. " + "The parser needs a table of states. " * 40
+    store.append(sid, [Message.assistant(thought, [call])])
+    store.append(sid, [Message.tool(call.id, "written", name="write")])
+    return call
+
+
+def test_the_newest_reply_is_capped_before_it_is_first_sent(store: EventStore) -> None:
+    """A reply that writes a 12 KB file, far over 15% of the room: on a check under the
+    threshold the file's contents are cut to their start and end (the path whole, the
+    arguments still JSON; the short text beside them, under its share, stays whole), the
+    next turn extends the previous one, and recall returns the whole call."""
+    sid = store.create_session().id
+    store.append(sid, [Message.system("You fix bugs."), Message.user("Fix parser.py.")])
+    policy = CondensationPolicy(BUDGET, token_counter=store.token_counter)
+    _write_turn(store, sid, 0, "x = 1\n")
+    assert not policy.maybe_condense(store, sid).condensed  # small: left alone
+    sent = store.view(sid).to_messages()
+    body = "".join(f"STATE_{i} = {i}  # state {i} of the parser\n" for i in range(300))
+    call = _write_turn(store, sid, 1, body)
+    view = store.view(sid)
+    room = BUDGET.available - sum(i.tokens for i in view.items if i.pinned)
+    reply = view.items[-2]
+    assert reply.tokens > room * 15 // 100 and view.tokens <= BUDGET.available
+    out = policy.maybe_condense(store, sid)
+    assert [s.condenser for s in out.steps] == ["truncate_newest_text"]  # no rewrite
+    after = store.view(sid)
+    assert after.condensation is None
+    assert after.items[-2].tokens <= room * 15 // 100 + 80  # the cap, plus the marker lines
+    messages = after.to_messages()
+    assert messages[: len(sent)] == sent  # the cached prefix is untouched
+    shown = messages[-2]
+    assert shown["content"].startswith("Writing src/module_1.py.")
+    assert "characters omitted" not in shown["content"]
+    args = json.loads(shown["tool_calls"][0]["function"]["arguments"])  # still JSON
+    assert args["file_path"] == "src/module_1.py"
+    assert args["content"].startswith("STATE_0 = 0") and "STATE_299 = 299" in args["content"]
+    assert f'recall(ref="{reply.seq}:1") returns the whole call' in args["content"]
+    assert store.original(sid, PartRef(seq=reply.seq, index=1)) == call  # reversible
+    (cut,) = [e.event for e in store.read(sid, kinds=["prune"]) if isinstance(e.event, Prune)]
+    assert cut.trigger == "intake" and cut.strategy == "truncate_newest_text"
+    assert store.verify(sid).ok
+    # The next check leaves the sent reply as it is.
+    _write_turn(store, sid, 2, "y = 2\n")
+    policy.maybe_condense(store, sid)
+    assert store.view(sid).to_messages()[: len(messages)] == messages
+
+
+def test_a_cut_call_is_predicted_exactly_and_verifies(store: EventStore) -> None:
+    sid = store.create_session().id
+    store.append(sid, [Message.system("You fix bugs."), Message.user("Fix parser.py.")])
+    _write_turn(store, sid, 0, "z = 0\n" * 2_000)
+    view = store.view(sid)
+    ctx = PlanContext(token_counter=store.token_counter, intake=True)
+    proposal = NewestTruncator().plan(view, BUDGET, ctx)
+    assert proposal is not None and isinstance(proposal.event, Prune)
+    predicted = apply_event(view, proposal.event, store.token_counter)
+    apply(store, view, proposal)
+    after = store.view(sid)
+    assert after.tokens == predicted.tokens < view.tokens
+    assert after.to_messages() == predicted.to_messages()
+    store.record_llm_call(sid, after, model="gpt-4o-mini")
+    report = store.verify(sid)
+    assert report.ok and report.llm_calls == 1, report.problems
+
+
+def test_truncated_arguments_stay_json_and_keep_short_values() -> None:
+    ref = PartRef(seq=7, index=1)
+    args = json.dumps(
+        {"path": "a/b.py", "edits": [{"old": "o" * 3_000, "new": "n" * 3_000}], "n": 3}
+    )
+    cut = json.loads(truncated_arguments(ref, args, 1_000))
+    assert cut["path"] == "a/b.py" and cut["n"] == 3
+    old, new = cut["edits"][0]["old"], cut["edits"][0]["new"]
+    assert old.startswith("ooo") and new.endswith("nnn")
+    assert len(old) < 700 and len(new) < 700
+    assert 'recall(ref="7:1") returns the whole call' in old
+    # Short enough, not JSON, or not an object: left as they are.
+    assert truncated_arguments(ref, args, len(args)) == args
+    assert truncated_arguments(ref, "cat " + "x" * 5_000, 500) == "cat " + "x" * 5_000
+    listed = json.dumps(["x" * 5_000])
+    assert truncated_arguments(ref, listed, 500) == listed
+
+
+def test_a_placeholder_prune_of_a_tool_call_is_refused(store: EventStore) -> None:
+    """A call stays beside its result: only a truncation (``keep_chars``) may cut it."""
+    sid = store.create_session().id
+    store.append(sid, [Message.system("You fix bugs."), Message.user("Fix parser.py.")])
+    _write_turn(store, sid, 0, "z = 0\n" * 200)
+    seq = store.head(sid) - 1
+    with pytest.raises(InvalidEventError, match="not a stored tool result"):
+        store.append(sid, [Prune(targets=[PartRef(seq=seq, index=1)])])
+    store.append(sid, [Prune(targets=[PartRef(seq=seq, index=1)], keep_chars=200)])
+    shown = store.view(sid).to_messages()[-2]["tool_calls"][0]["function"]["arguments"]
+    assert json.loads(shown)["file_path"] == "src/module_0.py"
+
+
+def test_newest_reply_cap_settings_are_checked() -> None:
+    with pytest.raises(ConfigurationError):
+        NewestTruncator(fresh_fraction=0)
+    assert NewestTruncator(fresh_fraction=None).settings()["fresh_fraction"] is None
