@@ -352,9 +352,10 @@ def default_pipeline(
        no room (pinned texts shown as head and tail, reversibly: context and the request
        first, the system prompt and the task only when the head alone is over the
        budget); before the summary, so that the summary gets the room the cut leaves,
-    2d. :class:`NewestTruncator`, only when the head fits by itself but not beside the
-       newest message group: the newest assistant message's text shown as its head and
-       tail, reversibly (its tool calls stay whole),
+    2d. :class:`NewestTruncator`: the newest assistant message, never sent yet, held to a
+       share of the room (its text and tool-call arguments shown as their head and tail,
+       reversibly), and cut further when the head fits by itself but not beside the newest
+       message group,
     3. a summary: :class:`LLMSummaryCondenser` with ``model`` (falling back to the
        extractive summary on any failure), or :class:`ExtractiveCondenser` offline,
     4. :class:`WindowCondenser` as the guard when the summary alone cannot reach

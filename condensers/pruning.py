@@ -672,29 +672,44 @@ class HeadTruncator:
 
 
 class NewestTruncator:
-    """Cut the newest assistant message's text to its head and tail when the pinned head
-    fits by itself but not beside the newest message group, reversibly.
+    """Hold the newest assistant message to a share of the room before it is first sent,
+    and cut it further when the pinned head fits by itself but not beside the newest
+    message group, reversibly.
+
+    The newest reply is the model's own latest message: no view sent before carried it, so
+    cutting it changes no cached prefix, as capping the results of its calls does
+    (:class:`ResultTruncator`). A reply is most of an agent's growth per turn (a text-mode
+    agent's thought and heredoc, a coding agent's file written through a call's
+    arguments), and one that fills a small room by itself forces a condensation, a prompt
+    rewrite, on the next turns. So on every check (``ctx.intake``) its text parts and its
+    tool calls' arguments are held, together, to ``fresh_fraction`` of the conversation
+    room (the available tokens less the pinned head and the summary): each is shown as
+    its first two thirds and last third around a line that states the size and the
+    ``recall`` reference that returns it whole (a prune with ``keep_chars``: the original
+    stays in the log); the short ones keep what they have and the long ones share the rest
+    (:func:`~eventstore.views.shared_cap`). A call's arguments are cut as JSON that still
+    parses (:func:`~eventstore.views.truncated_arguments`): its long string values (a
+    file's contents, a patch) are cut and its short ones (a path, a flag) kept, and the
+    call keeps its name and id beside its result; arguments that are not a JSON object are
+    never cut.
 
     Every other step keeps the newest message group (the last assistant message to the
     end) whole, and :class:`HeadTruncator` keeps the system prompt and the task verbatim
     while the head alone fits. When the two together are still over the budget (a long
-    task beside a reply that thinks aloud at length), this step shows the text parts of
-    the group's assistant message as their first two thirds and last third around a line
-    that states the size and the ``recall`` reference that returns the text whole (a
-    prune with ``keep_chars``: the original stays in the log), and notes on the prune
-    what it cut. The tool calls stay whole: they are what ran, and each must stay beside
-    its result. No prompt cache is lost: the message is the model's own latest reply,
-    which no view sent before carried. A text is cut only once, so it is cut as far as
-    allowed (``min_keep_chars``): the stored estimates run low on the code and listings a
-    reply holds, and a cut sized by them could leave the view over the model's window
-    with nothing left to cut.
+    task beside a reply that thinks aloud at length), a condensing run cuts the reply as
+    far as allowed (``min_keep_chars``), with a note on the prune saying why: the stored
+    estimates run low on the code and listings a reply holds, and a cut sized by them could
+    leave the view over the model's window with nothing left to cut. A part is cut only
+    once.
 
     It leaves the group alone when the assistant message is the view's last message (the
-    newest message stays as it was written), when it has no text to cut, and when the
-    head alone is over the budget (the head cut's case).
+    newest message stays as it was written) and when it has nothing to cut.
 
     Args:
-        min_keep_chars: Fewest characters a cut text keeps.
+        min_keep_chars: Fewest characters a cut part keeps.
+        fresh_fraction: The share of the conversation room the newest reply may take
+            before it is first sent (``None``: no cap, only the cut beside a head that
+            leaves it no room).
     """
 
     name = "truncate_newest_text"

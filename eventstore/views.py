@@ -61,6 +61,7 @@ __all__ = [
     "truncated_text",
     "truncated_arguments",
     "cut_text",
+    "shown_text",
     "media_stand_in",
     "fingerprint",
     "llm_call_events",
@@ -280,7 +281,7 @@ def cut_text(ref: PartRef, part: Any, keep: int) -> str:
     return truncated_text(ref, part_text(part), keep)
 
 
-def _shown(options: ViewOptions, ref: PartRef, part: Any, keep: int | None) -> str:
+def shown_text(options: ViewOptions, ref: PartRef, part: Any, keep: int | None) -> str:
     """What a compacted part renders as: its truncation, or the placeholder (a tool call
     is never replaced whole: it stays beside its result)."""
     if isinstance(part, ToolCallPart):
@@ -293,7 +294,7 @@ def _shown(options: ViewOptions, ref: PartRef, part: Any, keep: int | None) -> s
 def _counted(options: ViewOptions, ref: PartRef, part: Any, keep: int | None) -> str:
     """The text a compacted part counts as: what it shows, and a tool call's name beside
     its arguments (as :func:`~eventstore.tokens.part_text` counts a whole call)."""
-    shown = _shown(options, ref, part, keep)
+    shown = shown_text(options, ref, part, keep)
     return f"{part.name} {shown}" if isinstance(part, ToolCallPart) else shown
 
 
@@ -794,7 +795,7 @@ def _render(view: View) -> list[dict[str, Any]]:
         def placeholder_for(index: int, part: Part) -> str | None:
             ref = compacted.get(index)
             if ref is not None:
-                return _shown(options, ref, part, (kept or {}).get(index))
+                return shown_text(options, ref, part, (kept or {}).get(index))
             return media_stand_in(part) if index in refused else None
 
         return to_openai(

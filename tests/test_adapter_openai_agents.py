@@ -7,6 +7,7 @@ environment and requires these tests there with ``EVENTSTORE_REQUIRE_ADAPTERS``)
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import threading
 import uuid
@@ -309,6 +310,39 @@ def test_a_truncated_tool_output_reaches_the_model_as_the_view_shows_it(session:
     assert "characters omitted" in sent["output"] and sent["output"] == shown["content"]
     assert sent["output"].startswith("   0 row 0") and "1999 row 1999" in sent["output"]
     assert items[2]["output"] == big  # the session still returns it whole
+    assert sync.verify(sid).ok
+
+
+def test_a_cut_reply_reaches_the_model_as_the_view_shows_it(session: Any) -> None:
+    # The newest reply wrote a large file: the policy cuts its arguments before they are
+    # first sent (a prune with keep_chars), and the SDK gets the same cut call.
+    body = "".join(f"ROW_{i} = {i}\n" for i in range(1_500))
+    args = json.dumps({"path": "rows.py", "content": body})
+    history = [
+        _user("write the table"),
+        {"type": "function_call", "call_id": "w1", "name": "write", "arguments": args},
+        {"type": "function_call_output", "call_id": "w1", "output": "written"},
+    ]
+    model = ScriptedModel([[assistant_message("done")]])
+    agent = Agent(name="helper", model=model)
+    policy = CondensationPolicy(Budget(8_192, 1_024, 410))
+
+    async def go() -> list[Any]:
+        await session.add_items(history)
+        config = RunConfig(call_model_input_filter=session.model_input_filter(policy))
+        await Runner.run(agent, "and now?", session=session, run_config=config)
+        return await session.get_items()
+
+    items = asyncio.run(go())
+    (sent,) = [
+        i for i in model.calls[0].input if isinstance(i, dict) and i.get("type") == "function_call"
+    ]
+    sync, sid = _store_session(session)
+    (shown,) = [m for m in sync.view(sid).to_messages() if m.get("tool_calls")]
+    assert sent["arguments"] == shown["tool_calls"][0]["function"]["arguments"]
+    cut = json.loads(sent["arguments"])
+    assert cut["path"] == "rows.py" and "characters omitted" in cut["content"]
+    assert items[1]["arguments"] == args  # the session still returns it whole
     assert sync.verify(sid).ok
 
 

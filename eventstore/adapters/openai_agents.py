@@ -68,8 +68,7 @@ from ..events import (
 )
 from ..records import StoredEvent
 from ..store import AsyncEventStore
-from ..tokens import part_text
-from ..views import View, ViewOptions, placeholder_text, truncated_text
+from ..views import View, ViewItem, ViewOptions, shown_text
 
 if TYPE_CHECKING:
     from condensers.policy import CondensationPolicy
@@ -187,25 +186,32 @@ def condensed_items(
             out.append(_summary_item(view.options, summary))
             summary = None
         vitem = by_seq.get(seq) if seq is not None else None
-        if (
-            vitem is not None
-            and vitem.compacted
-            and isinstance(x, dict)
-            and x.get("type") == "function_call_output"
-        ):
-            ref = next(iter(vitem.compacted.values()))
-            keep = vitem.kept.get(ref.index)
-            part = vitem.message.parts[ref.index]
-            x = {
-                **x,
-                "output": placeholder_text(view.options, ref)
-                if keep is None
-                else truncated_text(ref, part_text(part), keep),
-            }
+        if vitem is not None and vitem.compacted and isinstance(x, dict):
+            x = _as_shown(x, vitem, view.options)
         out.append(x)
     if dropped and summary is not None:
         out.append(_summary_item(view.options, summary))
     return out
+
+
+def _as_shown(item: dict[str, Any], vitem: ViewItem, options: ViewOptions) -> dict[str, Any]:
+    """An SDK item whose part the view shows compacted, as the view shows it: a tool
+    output's placeholder or head and tail, a call's cut arguments, a message's cut text."""
+    ref = next(iter(vitem.compacted.values()))
+    shown = shown_text(options, ref, vitem.message.parts[ref.index], vitem.kept.get(ref.index))
+    kind = item.get("type", "message" if "role" in item else None)
+    if kind == "function_call_output":
+        return {**item, "output": shown}
+    if kind == "function_call":
+        return {**item, "arguments": shown}
+    content = item.get("content")
+    if kind == "message" and isinstance(content, str):
+        return {**item, "content": shown}
+    if kind == "message" and isinstance(content, list):
+        texts = [c for c in content if isinstance(c, dict) and isinstance(c.get("text"), str)]
+        if texts:  # the stored text joined the entries: the cut stands for all of them
+            return {**item, "content": [{**texts[0], "text": shown}]}
+    return item
 
 
 def _settings(value: Any) -> Any:
