@@ -280,15 +280,9 @@ def test_the_input_filter_sends_the_condensed_view_and_keeps_the_history(session
     assert sync.verify(sid).ok
 
 
-def test_a_truncated_tool_output_reaches_the_model_as_the_view_shows_it(session: Any) -> None:
-    # An output too large for the budget is cut to its head and tail before it is sent (a
-    # prune with keep_chars): the SDK gets that same text, not the full placeholder.
-    big = "".join(f"{i:4d} row {i}\n" for i in range(2_000))
-    history = [
-        _user("read the log"),
-        {"type": "function_call", "call_id": "c1", "name": "read", "arguments": "{}"},
-        {"type": "function_call_output", "call_id": "c1", "output": big},
-    ]
+def _one_filtered_turn(session: Any, history: list[Any], kind: str) -> tuple[list[Any], Any]:
+    """Store ``history``, run one turn through the policy's input filter (8k budget), and
+    return the session's items and the one ``kind`` item the model was sent."""
     model = ScriptedModel([[assistant_message("done")]])
     agent = Agent(name="helper", model=model)
     policy = CondensationPolicy(Budget(8_192, 1_024, 410))
@@ -300,11 +294,20 @@ def test_a_truncated_tool_output_reaches_the_model_as_the_view_shows_it(session:
         return await session.get_items()
 
     items = asyncio.run(go())
-    (sent,) = [
-        i
-        for i in model.calls[0].input
-        if isinstance(i, dict) and i.get("type") == "function_call_output"
+    (sent,) = [i for i in model.calls[0].input if isinstance(i, dict) and i.get("type") == kind]
+    return items, sent
+
+
+def test_a_truncated_tool_output_reaches_the_model_as_the_view_shows_it(session: Any) -> None:
+    # An output too large for the budget is cut to its head and tail before it is sent (a
+    # prune with keep_chars): the SDK gets that same text, not the full placeholder.
+    big = "".join(f"{i:4d} row {i}\n" for i in range(2_000))
+    history = [
+        _user("read the log"),
+        {"type": "function_call", "call_id": "c1", "name": "read", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c1", "output": big},
     ]
+    items, sent = _one_filtered_turn(session, history, "function_call_output")
     sync, sid = _store_session(session)
     (shown,) = [m for m in sync.view(sid).to_messages() if m["role"] == "tool"]
     assert "characters omitted" in sent["output"] and sent["output"] == shown["content"]
@@ -323,20 +326,7 @@ def test_a_cut_reply_reaches_the_model_as_the_view_shows_it(session: Any) -> Non
         {"type": "function_call", "call_id": "w1", "name": "write", "arguments": args},
         {"type": "function_call_output", "call_id": "w1", "output": "written"},
     ]
-    model = ScriptedModel([[assistant_message("done")]])
-    agent = Agent(name="helper", model=model)
-    policy = CondensationPolicy(Budget(8_192, 1_024, 410))
-
-    async def go() -> list[Any]:
-        await session.add_items(history)
-        config = RunConfig(call_model_input_filter=session.model_input_filter(policy))
-        await Runner.run(agent, "and now?", session=session, run_config=config)
-        return await session.get_items()
-
-    items = asyncio.run(go())
-    (sent,) = [
-        i for i in model.calls[0].input if isinstance(i, dict) and i.get("type") == "function_call"
-    ]
+    items, sent = _one_filtered_turn(session, history, "function_call")
     sync, sid = _store_session(session)
     (shown,) = [m for m in sync.view(sid).to_messages() if m.get("tool_calls")]
     assert sent["arguments"] == shown["tool_calls"][0]["function"]["arguments"]
