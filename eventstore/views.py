@@ -44,6 +44,7 @@ from .events import (
     empty_assistant,
 )
 from .media import is_accepted
+from .paths import path_spans
 from .records import StoredEvent
 from .tokens import MESSAGE_OVERHEAD, TokenCounter, part_text
 
@@ -190,19 +191,39 @@ def placeholder_text(options: ViewOptions, ref: PartRef) -> str:
     return text
 
 
-def truncated_text(ref: PartRef, text: str, keep: int, what: str = "output") -> str:
+def truncated_text(
+    ref: PartRef, text: str, keep: int, what: str = "output", *, names: bool = False
+) -> str:
     """The text shown for part ``ref`` truncated by a prune with ``keep_chars=keep``: its
     first two thirds and last third of ``keep`` characters around a line that says how
-    much was left out and how to get the whole ``what`` back."""
+    much was left out and how to get the whole ``what`` back (with ``names``, also the
+    files the omitted part names, :data:`MAX_NAMED` at most)."""
     if len(text) <= keep:
         return text
     head = keep * 2 // 3
     tail = keep - head
+    rest = text[len(text) - tail :]
+    named = ""
+    if names:
+        # Files the omitted part names, whole (a name the cut splits counts), that the
+        # kept start and end do not show.
+        end = len(text) - tail
+        found = dict.fromkeys(p for a, b, p in path_spans(text) if b > head and a < end)
+        shown = text[:head] + "\n" + rest
+        left = [p for p in found if p not in shown]
+        if left:
+            more = len(left) - MAX_NAMED
+            named = ", naming " + ", ".join(left[:MAX_NAMED])
+            named += f" and {more:,} more" if more > 0 else ""
     mark = (
-        f"[... {len(text) - keep:,} of {len(text):,} characters omitted; "
+        f"[... {len(text) - keep:,} of {len(text):,} characters omitted{named}; "
         f'recall(ref="{ref.seq}:{ref.index}") returns the whole {what} ...]'
     )
-    return f"{text[:head]}\n{mark}\n{text[len(text) - tail :]}"
+    return f"{text[:head]}\n{mark}\n{rest}"
+
+
+MAX_NAMED = 8
+"""Most files the marker of a cut tool call names (the rest are counted)."""
 
 
 def shared_cap(sizes: Sequence[int], total: int) -> int:
@@ -225,8 +246,8 @@ MIN_KEPT_VALUE = 32
 def truncated_arguments(ref: PartRef, arguments: str, keep: int) -> str:
     """Tool-call arguments cut to about ``keep`` characters as JSON that still parses:
     the long string values (a file's contents, a patch) shown as their first two thirds
-    and last third around a line that says how to get the whole call back, the short ones
-    (a path, a flag) whole. Arguments that are not a JSON object stay as they are (a
+    and last third around a line that says how to get the whole call back and which files
+    the omitted part names, the short ones (a path, a flag) whole. Arguments that are not a JSON object stay as they are (a
     provider would refuse them cut)."""
     if len(arguments) <= keep:
         return arguments
@@ -256,7 +277,7 @@ def truncated_arguments(ref: PartRef, arguments: str, keep: int) -> str:
     def shorten(value: Any) -> Any:
         nonlocal cut
         if isinstance(value, str):
-            short = truncated_text(ref, value, cap, "call")
+            short = truncated_text(ref, value, cap, "call", names=True)
             if len(short) < len(value):
                 cut = True
                 return short

@@ -26,7 +26,7 @@ from eventstore import (
     ToolCallPart,
 )
 from eventstore.budget import Budget
-from eventstore.views import apply_event, truncated_arguments, truncated_text
+from eventstore.views import MAX_NAMED, apply_event, truncated_arguments, truncated_text
 
 BUDGET = Budget(max_input_tokens=8_000, reserved_output=1_000, buffer=200)  # 6,800
 
@@ -331,3 +331,20 @@ def test_newest_reply_cap_settings_are_checked() -> None:
     with pytest.raises(ConfigurationError):
         NewestTruncator(fresh_fraction=0)
     assert NewestTruncator(fresh_fraction=None).settings()["fresh_fraction"] is None
+
+
+def test_a_cut_call_names_the_files_its_omitted_part_mentions() -> None:
+    """A patch cut to its start and end still says which files it touched, so the model
+    (and a reader of the view) knows where to look; a file the kept ends show is not
+    named twice."""
+    ref = PartRef(seq=3, index=0)
+    files = [f"src/pkg/module_{i}.py" for i in range(12)]
+    patch = "*** Begin Patch\n*** Update File: README.md\n" + "".join(
+        f"*** Update File: {f}\n" + "+x = 1\n" * 40 for f in files
+    )
+    args = json.dumps({"input": patch})
+    cut = json.loads(truncated_arguments(ref, args, 600))["input"]
+    mark = next(line for line in cut.splitlines() if "characters omitted" in line)
+    assert "README.md" in cut.split(mark)[0] and "README.md" not in mark  # kept: not named
+    named = [f for f in files if f in mark]
+    assert len(named) == MAX_NAMED and "and " in mark and "more;" in mark

@@ -12,11 +12,12 @@ import json
 import re
 import time
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from eventstore.events import Message, ToolCallPart, ToolResultPart
+from eventstore.paths import FILE_EXTENSIONS, paths_in_value
 from eventstore.records import StoredEvent
 from eventstore.tokens import HeuristicTokenCounter, TokenCounter
 
@@ -42,11 +43,6 @@ def parse_sections(summary: str | None) -> dict[str, list[str]]:
     return out
 
 
-_PATH_KEYS = {"path", "file", "filename", "file_path", "filepath", "paths", "files", "target"}
-# A directory keeps its trailing slash (``./src/pkg/``): the slash is part of how it was named.
-_PATH_RE = re.compile(
-    r"(?<![\w.:/-])(?:~|\.{1,2})?/?(?:[\w.@+-]+/)+(?:[\w.@+-]+)?|[\w@+-]+\.[A-Za-z]\w{0,5}\b"
-)
 _ERROR_RE = re.compile(
     r"(\b\w*(?:Error|Exception)\b|command not found|No such file or directory|\bFAILED\b|"
     r"ERROR|\bfatal:|exit (?:code|status):? *[1-9]|non-zero|Segmentation fault)"
@@ -80,29 +76,6 @@ _NONE = "- none"
 MAX_COMMAND_WORDS = 200
 
 
-#: Extensions a bare name must carry to count as a file: source code of the common
-#: languages, build files, documentation, configuration and data.
-_FILE_EXTENSIONS = frozenset(
-    """
-    py pyi pyx ipynb c h cc cpp cxx hpp hh m mm rs go java kt kts scala groovy clj cs fs vb
-    swift dart js mjs cjs ts tsx jsx vue svelte rb php pl pm lua r jl ex exs erl hs ml elm
-    sh bash zsh fish ps1 bat cmd sql html htm css scss sass less md rst txt adoc tex org
-    json jsonl ndjson yaml yml toml ini cfg conf env properties lock xml csv tsv log
-    patch diff proto graphql gql tf hcl mk cmake gradle dockerfile make traj out err
-    """.split()
-)
-
-
-def _looks_like_path(token: str) -> bool:
-    if "://" in token or len(token) > 200 or len(token) < 3:
-        return False
-    if "/" in token:
-        return bool(re.search(r"[A-Za-z]", token))
-    # A bare name counts only with a typical source/data extension.
-    ext = token.rsplit(".", 1)[-1].lower() if "." in token else ""
-    return ext in _FILE_EXTENSIONS
-
-
 def _weak_path(path: str) -> bool:
     """Whether a listed name may be prose rather than a file: one slash between two
     words, with no extension and nothing marking it as a path (``on/off``,
@@ -112,26 +85,7 @@ def _weak_path(path: str) -> bool:
     if path.endswith("/"):
         return False
     ext = path.rsplit(".", 1)[-1].lower() if "." in path.rsplit("/", 1)[-1] else ""
-    return ext not in _FILE_EXTENSIONS
-
-
-def _paths_in_value(value: Any, key: str | None = None) -> Iterable[str]:
-    if isinstance(value, dict):
-        for k, v in value.items():
-            yield from _paths_in_value(v, k)
-    elif isinstance(value, list):
-        for v in value:
-            yield from _paths_in_value(v, key)
-    elif isinstance(value, str):
-        if key and key.lower() in _PATH_KEYS and value.strip() and "\n" not in value:
-            yield value.strip()
-        else:
-            for m in _PATH_RE.finditer(value):
-                path = m.group(0)
-                if path.endswith(".") and not path.endswith(".."):
-                    path = path.rstrip(".")  # the end of a sentence, not of the name
-                if _looks_like_path(path):
-                    yield path
+    return ext not in FILE_EXTENSIONS
 
 
 def _arguments(call: ToolCallPart) -> Any:
@@ -143,7 +97,7 @@ def _arguments(call: ToolCallPart) -> Any:
 
 
 def paths_in_call(call: ToolCallPart) -> list[str]:
-    return list(dict.fromkeys(_paths_in_value(_arguments(call))))
+    return list(dict.fromkeys(paths_in_value(_arguments(call))))
 
 
 def _error_lines(text: str, limit: int = 12) -> list[str]:
@@ -535,7 +489,7 @@ class ExtractiveSummarizer:
                 seen_in_output.extend(f"- {p}" for p in _TRACE_FILE_RE.findall(msg.text))
             if msg.role == "assistant" and msg.text.strip():
                 # Paths the assistant names and commands it writes out (text-mode agents).
-                files.extend(f"- {p}" for p in _paths_in_value(msg.text))
+                files.extend(f"- {p}" for p in paths_in_value(msg.text))
                 if not msg.tool_calls:
                     for action in _text_actions(msg.text):
                         commands.update(_command_words(action))
