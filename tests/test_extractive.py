@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 
 from condensers import ExtractiveSummarizer
+from condensers.summarizing.extractive import MAX_ERROR_LINES
 from condensers.summarizing.template import HEADINGS
 from eventstore import EventStore, Message, ToolCallPart
 from eventstore.tokens import HeuristicTokenCounter
@@ -372,3 +373,24 @@ def test_a_message_sent_again_word_for_word_is_one_request_listing_its_seqs(
     assert intent.count("EXACTLY ONE action") == 1
     assert "- [3, 5, 7] Please always provide EXACTLY ONE action" in intent
     assert intent.index("Fix the parser.") < intent.index("EXACTLY ONE")
+
+
+def test_an_output_with_many_error_lines_adds_the_newest_and_counts_the_rest(
+    store: EventStore,
+) -> None:
+    """A failing suite prints an error line per test: one output adds at most
+    ``MAX_ERROR_LINES`` of them to the inventory, and the rest are counted with the way to
+    find them, never dropped silently."""
+    sid = store.create_session().id
+    report = "".join(
+        f"FAILED tests/test_api.py::test_case_{i} - AssertionError\n" for i in range(55)
+    )
+    store.append(
+        sid,
+        [Message.user("Fix the API."), _shell("c1", "pytest -q"), Message.tool("c1", report)],
+    )
+    text = ExtractiveSummarizer().summarize(None, _events(store, sid)).text
+    errors = text.split("## Errors and fixes", 1)[1].split("##", 1)[0]
+    listed = [ln for ln in errors.splitlines() if "FAILED tests/test_api.py" in ln]
+    assert len(listed) == MAX_ERROR_LINES
+    assert f"({55 - MAX_ERROR_LINES} earlier errors omitted; search_history" in errors

@@ -100,10 +100,15 @@ def paths_in_call(call: ToolCallPart) -> list[str]:
     return list(dict.fromkeys(paths_in_value(_arguments(call))))
 
 
-def _error_lines(text: str, limit: int = 12) -> list[str]:
+MAX_ERROR_LINES = 40
+"""Most error lines one output adds to the inventory (a failing suite prints hundreds);
+the rest are counted among the omitted errors, which ``search_history`` finds."""
+
+
+def _error_lines(text: str, limit: int = MAX_ERROR_LINES) -> tuple[list[str], int]:
     """The error lines of an output, most telling first: the exception line a traceback
     ends with, then the others, skipping the traceback header and lines of code a viewer
-    shows; de-duplicated, at most ``limit``."""
+    shows; de-duplicated, at most ``limit``, and how many more there were."""
     found: list[str] = []
     for raw in text.splitlines():
         line = raw.strip()
@@ -115,7 +120,7 @@ def _error_lines(text: str, limit: int = 12) -> list[str]:
             found.append(line)
     exceptions = [ln for ln in reversed(found) if _EXCEPTION_RE.match(ln)]
     ordered = list(dict.fromkeys(exceptions + found))
-    return [clip(ln, 240) for ln in ordered[:limit]]
+    return [clip(ln, 240) for ln in ordered[:limit]], max(len(ordered) - limit, 0)
 
 
 _TRACE_LINE_RE = re.compile(r'File "([^"]+)", line (\d+)')
@@ -476,7 +481,9 @@ class ExtractiveSummarizer:
                     commands.update(_call_commands(part))
                     files.extend(f"- {p}" for p in paths_in_call(part))
                 elif isinstance(part, ToolResultPart):
-                    lines = _located(_error_lines(part.output), part.output)
+                    lines, more = _error_lines(part.output)
+                    lines = _located(lines, part.output)
+                    err_dropped += more
                     if not lines and (part.is_error or part.state != "completed"):
                         lines = [clip(part.output.strip(), 240) or part.state]
                     tool = part.name or "tool"
@@ -484,7 +491,9 @@ class ExtractiveSummarizer:
                     errors.extend(f"- [{stored.seq}] {tool}: {ln}" for ln in lines)
                     seen_in_output.extend(f"- {p}" for p in _TRACE_FILE_RE.findall(part.output))
             if msg.role == "user":
-                found = _located(_error_lines(msg.text), msg.text)
+                found, more = _error_lines(msg.text)
+                found = _located(found, msg.text)
+                err_dropped += more
                 errors.extend(f"- [{stored.seq}] {ln}" for ln in found)
                 seen_in_output.extend(f"- {p}" for p in _TRACE_FILE_RE.findall(msg.text))
             if msg.role == "assistant" and msg.text.strip():
