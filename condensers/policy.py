@@ -28,10 +28,11 @@ batches (``batch_prune``): between condensations the
 :class:`~condensers.ToolOutputPruner` writes only once it frees its ``batch_fraction`` of
 the conversation window (a quarter), and a threshold or count run prunes every old output
 outside the pruner's protection, whatever its minimum, in its own append: the two cost one
-prompt rewrite, not two. On every check, tool
-results the model has not seen yet are held to the pipeline's
-:class:`~condensers.ResultTruncator` fresh cap first (they were never sent, so this
-changes no cached prefix). A summary is cut down (:func:`condensers.base.fit_summary`)
+prompt rewrite, not two. On every check, what the model has not been sent yet is held
+to a share of the room first: its newest reply to the pipeline's
+:class:`~condensers.NewestTruncator` cap, the results of its calls to the
+:class:`~condensers.ResultTruncator` fresh cap (neither was ever sent, so this changes no
+cached prefix). A summary is cut down (:func:`condensers.base.fit_summary`)
 rather than push a view that could fit over the budget.
 
 A circuit breaker stops automatic (threshold and count) condensation after
@@ -513,8 +514,8 @@ class CondensationPolicy:
             view = yield from read_view(session_id, self.options)
         capped: Outcome | None = None
         if trigger is None:
-            # Unseen results first: capping them changes no cached prefix, and may make
-            # a condensation (which would) unnecessary. Decided on the view as the cap
+            # The unseen reply and results first: capping them changes no cached prefix,
+            # and may make a condensation (which would) unnecessary. Decided on the view as the cap
             # leaves it; written on its own only when nothing else runs (a run caps them
             # in its own append: one write per check).
             intake = self._intake_plan(view)
