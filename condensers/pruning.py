@@ -728,8 +728,9 @@ class NewestTruncator:
         return {"min_keep_chars": self.min_keep_chars, "fresh_fraction": self.fresh_fraction}
 
     def fresh_limit(self, view: View, budget: Budget) -> int | None:
-        """Tokens the newest reply's text may take before it is first sent (``None``:
-        no cap): ``fresh_fraction`` of the conversation room, at least ``min_keep_chars``."""
+        """Tokens the newest reply (its text and its calls' arguments) may take before it
+        is first sent (``None``: no cap): ``fresh_fraction`` of the conversation room, at
+        least ``min_keep_chars`` characters' worth."""
         if self.fresh_fraction is None:
             return None
         pinned = sum(i.tokens for i in view.items if i.pinned)

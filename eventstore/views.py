@@ -19,6 +19,7 @@ the verbatim original), whatever the options say.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from collections.abc import Iterable, Sequence
@@ -247,10 +248,18 @@ def truncated_arguments(ref: PartRef, arguments: str, keep: int) -> str:
     """Tool-call arguments cut to about ``keep`` characters as JSON that still parses:
     the long string values (a file's contents, a patch) shown as their first two thirds
     and last third around a line that says how to get the whole call back and which files
-    the omitted part names, the short ones (a path, a flag) whole. Arguments that are not a JSON object stay as they are (a
-    provider would refuse them cut)."""
+    the omitted part names, the short ones (a path, a flag) whole. Arguments that are not
+    a JSON object stay as they are (a provider would refuse them cut)."""
     if len(arguments) <= keep:
         return arguments
+    return _cut_arguments(ref.seq, ref.index, arguments, keep)
+
+
+@functools.lru_cache(maxsize=64)
+def _cut_arguments(seq: int, index: int, arguments: str, keep: int) -> str:
+    # Cached: every view build that shows the cut call renders it again, and parsing a
+    # large patch and finding the files it names costs milliseconds.
+    ref = PartRef(seq=seq, index=index)
     try:
         obj = json.loads(arguments)
     except ValueError:
