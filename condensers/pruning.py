@@ -830,8 +830,10 @@ def _cut_to(
     targets: list[PartRef] = []
     freed = 0
     for ref, text, tokens in chosen:
+        if len(text) <= keep:
+            continue
         shown = cut(ref, text, keep)
-        if len(text) <= keep or shown == text:
+        if shown == text:
             continue
         gain = tokens - ctx.token_counter.count(shown)
         if gain > 0:

@@ -322,10 +322,11 @@ def shown_text(options: ViewOptions, ref: PartRef, part: Any, keep: int | None) 
 
 
 def _counted(options: ViewOptions, ref: PartRef, part: Any, keep: int | None) -> str:
-    """The text a compacted part counts as: what it shows, and a tool call's name beside
-    its arguments (as :func:`~eventstore.tokens.part_text` counts a whole call)."""
-    shown = shown_text(options, ref, part, keep)
-    return f"{part.name} {shown}" if isinstance(part, ToolCallPart) else shown
+    """The text a compacted part counts as: its cut (:func:`cut_text`), a tool call whole
+    without one (it is never replaced), else the placeholder."""
+    if keep is not None:
+        return cut_text(ref, part, keep)
+    return part_text(part) if isinstance(part, ToolCallPart) else placeholder_text(options, ref)
 
 
 _NONE_REFUSED: frozenset[int] = frozenset()

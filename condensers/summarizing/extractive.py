@@ -136,6 +136,13 @@ def _located(lines: list[str], text: str) -> list[str]:
     return [f"{ln} (at {where})" if _EXCEPTION_RE.match(ln) else ln for ln in lines]
 
 
+def _output_errors(text: str) -> tuple[list[str], int]:
+    """The error lines of an output with where they happened (:func:`_located`), and how
+    many more it had than one output adds."""
+    lines, more = _error_lines(text)
+    return _located(lines, text), more
+
+
 def _text_actions(text: str) -> list[str]:
     """The commands a text-mode assistant message writes out: every fenced block, and
     ``ACTION:`` lines."""
@@ -481,8 +488,7 @@ class ExtractiveSummarizer:
                     commands.update(_call_commands(part))
                     files.extend(f"- {p}" for p in paths_in_call(part))
                 elif isinstance(part, ToolResultPart):
-                    lines, more = _error_lines(part.output)
-                    lines = _located(lines, part.output)
+                    lines, more = _output_errors(part.output)
                     err_dropped += more
                     if not lines and (part.is_error or part.state != "completed"):
                         lines = [clip(part.output.strip(), 240) or part.state]
@@ -491,8 +497,7 @@ class ExtractiveSummarizer:
                     errors.extend(f"- [{stored.seq}] {tool}: {ln}" for ln in lines)
                     seen_in_output.extend(f"- {p}" for p in _TRACE_FILE_RE.findall(part.output))
             if msg.role == "user":
-                found, more = _error_lines(msg.text)
-                found = _located(found, msg.text)
+                found, more = _output_errors(msg.text)
                 err_dropped += more
                 errors.extend(f"- [{stored.seq}] {ln}" for ln in found)
                 seen_in_output.extend(f"- {p}" for p in _TRACE_FILE_RE.findall(msg.text))
